@@ -1,0 +1,56 @@
+# Helpers shared by every module: one static library per layer, one test binary per module.
+
+set(GPUOPT_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+if(GPUOPT_WERROR)
+  list(APPEND GPUOPT_WARNINGS -Werror)
+endif()
+
+# gpuopt_module(NAME [DEPS module...] [LIBS target...] [CUDA_LIBS target...])
+# Sources: src/NAME/*.cpp always; src/NAME/*.cu only when GPUOPT_CUDA is on.
+function(gpuopt_module name)
+  cmake_parse_arguments(ARG "" "" "DEPS;LIBS;CUDA_LIBS" ${ARGN})
+  file(GLOB cpp_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  set(sources ${cpp_sources})
+  if(GPUOPT_CUDA)
+    file(GLOB cu_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cu)
+    list(APPEND sources ${cu_sources})
+  endif()
+  add_library(gpuopt_${name} STATIC ${sources})
+  target_include_directories(gpuopt_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
+                                            PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(gpuopt_${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${GPUOPT_WARNINGS}>)
+  set_target_properties(gpuopt_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON
+                                                  CUDA_SEPARABLE_COMPILATION OFF)
+  foreach(dep IN LISTS ARG_DEPS)
+    target_link_libraries(gpuopt_${name} PUBLIC gpuopt_${dep})
+  endforeach()
+  target_link_libraries(gpuopt_${name} PUBLIC ${ARG_LIBS})
+  if(GPUOPT_CUDA)
+    target_compile_definitions(gpuopt_${name} PUBLIC GPUOPT_CUDA=1)
+    target_link_libraries(gpuopt_${name} PUBLIC CUDA::cudart ${ARG_CUDA_LIBS})
+    target_compile_options(gpuopt_${name} PRIVATE
+      $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
+  endif()
+endfunction()
+
+# gpuopt_test_binary(NAME LABEL cpu|gpu DIR dir LIBS targets...)
+# One GoogleTest binary per folder; each TEST becomes a CTest test carrying the label.
+function(gpuopt_test_binary name)
+  cmake_parse_arguments(ARG "" "LABEL;DIR" "LIBS" ${ARGN})
+  file(GLOB sources CONFIGURE_DEPENDS ${ARG_DIR}/*.cpp)
+  if(GPUOPT_CUDA)
+    file(GLOB cu_sources CONFIGURE_DEPENDS ${ARG_DIR}/*.cu)
+    list(APPEND sources ${cu_sources})
+  endif()
+  if(NOT sources)
+    return()
+  endif()
+  add_executable(${name} ${sources})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+    GPUOPT_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+    PROPERTIES LABELS ${ARG_LABEL}
+    TEST_PREFIX "${ARG_LABEL}.")
+endfunction()

@@ -1,0 +1,117 @@
+// Benchmarks as a registry of testcases (as nvbandwidth's testcase.h): each has a key, a
+// description, a filter that waives it with a reason, and a run that returns its figures. An error
+// in one testcase is recorded in its result and never stops the others.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpuopt/core/status.hpp"
+
+namespace gpuopt::bench {
+
+// Median and spread of repeated samples (all in the caller's unit).
+struct Summary {
+  std::size_t count = 0;
+  double median = 0, mean = 0, min = 0, max = 0, stddev = 0;
+  double p10 = 0, p90 = 0, p99 = 0;
+  // (p90 - p10) / median: the spread quoted next to a median.
+  double relative_spread() const { return median != 0 ? (p90 - p10) / median : 0; }
+};
+Summary summarize(std::span<const double> samples);
+nlohmann::json to_json(const Summary& summary);
+
+// Options shared by every bench family; each family reads what applies to it.
+struct BenchOptions {
+  bool quick = false;                  // short run for `gpuopt audit`
+  std::vector<std::size_t> sizes;      // bytes; empty = the family's default sweep
+  int samples = 0;                     // 0 = the family's default
+  int warmup = 0;                      // 0 = the family's default
+  int device = 0;                      // CUDA device ordinal
+  std::vector<std::string> only;       // testcase keys to run; empty = all
+  bool progress = false;               // draw a progress bar on stderr
+};
+
+// A small text table for people; JSON carries the same figures for programs.
+struct Table {
+  std::vector<std::string> columns;
+  std::vector<std::vector<std::string>> rows;
+};
+std::string render_table(const Table& table);
+
+enum class Outcome { kPassed, kWaived, kFailed };
+std::string_view outcome_name(Outcome outcome);
+
+struct TestcaseResult {
+  std::string key;
+  std::string description;
+  Outcome outcome = Outcome::kPassed;
+  std::string reason;          // why waived or failed
+  Table table;                 // for the text report
+  nlohmann::json data;         // figures, with units in the key names (bandwidth_gbps, latency_us)
+  std::vector<std::string> notes;  // verdicts and explanations, one line each
+};
+
+class BenchContext;
+
+class Testcase {
+ public:
+  virtual ~Testcase() = default;
+  virtual std::string key() const = 0;
+  virtual std::string description() const = 0;
+  // Non-OK waives the testcase with the status message as reason (no GPU, one GPU only, ...).
+  virtual Status filter(const BenchContext& context) const { return ok_status(); }
+  virtual StatusOr<TestcaseResult> run(BenchContext& context) = 0;
+};
+
+// What testcases may share: options, a progress callback, and family-specific state.
+class BenchContext {
+ public:
+  explicit BenchContext(BenchOptions options) : options_(std::move(options)) {}
+  const BenchOptions& options() const { return options_; }
+  // Reports progress within the running testcase (fraction in [0, 1]).
+  void progress(double fraction) const {
+    if (on_progress_) on_progress_(fraction);
+  }
+  void set_progress_callback(std::function<void(double)> callback) {
+    on_progress_ = std::move(callback);
+  }
+
+ private:
+  BenchOptions options_;
+  std::function<void(double)> on_progress_;
+};
+
+// An ordered list of testcases, run one after another.
+class Suite {
+ public:
+  explicit Suite(std::string name) : name_(std::move(name)) {}
+  void add(std::unique_ptr<Testcase> testcase) { testcases_.push_back(std::move(testcase)); }
+  const std::vector<std::unique_ptr<Testcase>>& testcases() const { return testcases_; }
+  const std::string& name() const { return name_; }
+
+  // Runs every selected testcase: filter → waived, run error → failed with the message.
+  std::vector<TestcaseResult> run(BenchContext& context) const;
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<Testcase>> testcases_;
+};
+
+// {"schema_version": 1, "suite": ..., "testcases": [...]}
+nlohmann::json to_json(const std::string& suite, const std::vector<TestcaseResult>& results);
+// Text for people: one block per testcase with its table and notes.
+std::string render_text(const std::string& suite, const std::vector<TestcaseResult>& results);
+
+// Parses "4K,1M,256MiB,1G" (K/M/G as KiB/MiB/GiB) into bytes; names the bad item.
+StatusOr<std::vector<std::size_t>> parse_sizes(const std::string& text);
+std::string format_bytes(std::size_t bytes);
+
+}  // namespace gpuopt::bench

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's main command: install dependencies, build, and run gpuopt's main job.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cmake --preset default >/dev/null
+cmake --build --preset default -j "$(nproc)" --target gpuopt
+exec ./build/tools/gpuopt/gpuopt doctor "$@"

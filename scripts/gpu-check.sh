@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Run ON THE GPU MACHINE (device tool), from the repository root, with .gpu-bundle carried:
+#   bash scripts/gpu-check.sh [--sanitize] [--only PATTERN]
+# Runs every test binary (gpu-labelled tests run for real there), then every benchmark script in
+# scripts/gpu-check.d/*.sh, writes logs and JSON under $OUT, and prints a short table last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bundle="$PWD/.gpu-bundle"
+out="${OUT:-$PWD/out/gpu-check}"
+mkdir -p "$out"
+sanitize=0
+only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize) sanitize=1 ;;
+    --only) only="$2"; shift ;;
+  esac
+  shift
+done
+export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export GPUOPT_TEST_DATA_DIR="$PWD/tests/data"
+export GPUOPT_BIN="$bundle/bin"
+export PATH="$bundle/bin:/usr/local/cuda/bin:$PATH"
+summary="$out/summary.txt"
+: >"$summary"
+row() { printf '%-34s %-8s %s\n' "$1" "$2" "$3" | tee -a "$summary" >/dev/null; }
+
+{
+  nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.max,pcie.link.width.max,clocks.sm \
+    --format=csv,noheader 2>&1 | head -2
+} >"$out/device.txt"
+
+for test_binary in "$bundle"/bin/unit_* "$bundle"/bin/gpu_*; do
+  [ -x "$test_binary" ] || continue
+  name=$(basename "$test_binary")
+  [ -n "$only" ] && [[ "$name" != *$only* ]] && continue
+  log="$out/test_$name.log"
+  start=$(date +%s)
+  "$test_binary" --gtest_brief=1 >"$log" 2>&1
+  rc=$?
+  seconds=$(( $(date +%s) - start ))
+  skipped=$(grep -oE '\[  SKIPPED \] [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
+  failed=$(grep -E '^\[  FAILED  \] .*\(' "$log" | wc -l)
+  passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
+  row "$name" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" \
+      "passed=$passed failed=$failed skipped=$skipped (${seconds} s)"
+  if [ $sanitize -eq 1 ] && [[ "$name" == gpu_* ]]; then
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool $tool --error-exitcode 9 "$test_binary" --gtest_brief=1 \
+        >"$out/sanitize_${tool}_$name.log" 2>&1
+      src=$?
+      row "  $tool $name" "$([ $src -eq 0 ] && echo ok || echo FAIL)" \
+          "$(grep -E 'ERROR SUMMARY' "$out/sanitize_${tool}_$name.log" | tail -1)"
+    done
+  fi
+done
+
+for script in scripts/gpu-check.d/*.sh; do
+  [ -f "$script" ] || continue
+  name=$(basename "$script" .sh)
+  [ -n "$only" ] && [[ "$name" != *$only* ]] && continue
+  log="$out/bench_$name.log"
+  start=$(date +%s)
+  OUT="$out" bash "$script" >"$log" 2>&1
+  rc=$?
+  # A bench script prints its own one-line result last, prefixed "RESULT: ".
+  result=$(grep '^RESULT: ' "$log" | tail -3 | sed 's/^RESULT: //' | paste -sd ';' -)
+  row "bench:$name" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" \
+      "${result:-see $log} ($(( $(date +%s) - start )) s)"
+done
+
+echo
+cat "$out/device.txt"
+echo "---- gpu-check summary ----"
+cat "$summary"

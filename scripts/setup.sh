@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what gpuopt needs to build and test (Debian/Ubuntu, idempotent). Python packages for
+# benchmark drivers go in with `--bench`.
+set -euo pipefail
+
+packages=(cmake ninja-build g++ ccache pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
+          libgtest-dev libgmock-dev libbenchmark-dev libpci-dev pci.ids libhwloc-dev
+          libsqlite3-dev libjs-chart.js clang libclang-rt-14-dev pciutils)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+if [ "${1:-}" = "--bench" ] && [ -f bench/requirements.txt ]; then
+  python3 -m pip install -q -r bench/requirements.txt
+fi

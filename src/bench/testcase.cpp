@@ -1,0 +1,203 @@
+// Testcase registry runner, statistics, tables and JSON for every bench family.
+#include "gpuopt/bench/testcase.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+namespace gpuopt::bench {
+
+namespace {
+
+// Linear interpolation between closest ranks (numpy's default), q in [0, 1].
+double quantile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  double position = q * static_cast<double>(sorted.size() - 1);
+  auto lower = static_cast<std::size_t>(std::floor(position));
+  auto upper = static_cast<std::size_t>(std::ceil(position));
+  double weight = position - static_cast<double>(lower);
+  return sorted[lower] * (1 - weight) + sorted[upper] * weight;
+}
+
+}  // namespace
+
+Summary summarize(std::span<const double> samples) {
+  Summary summary;
+  summary.count = samples.size();
+  if (samples.empty()) return summary;
+  std::vector<double> sorted(samples.begin(), samples.end());
+  std::sort(sorted.begin(), sorted.end());
+  summary.min = sorted.front();
+  summary.max = sorted.back();
+  summary.median = quantile(sorted, 0.5);
+  summary.p10 = quantile(sorted, 0.10);
+  summary.p90 = quantile(sorted, 0.90);
+  summary.p99 = quantile(sorted, 0.99);
+  summary.mean = std::accumulate(sorted.begin(), sorted.end(), 0.0) / sorted.size();
+  double squares = 0;
+  for (double value : sorted) squares += (value - summary.mean) * (value - summary.mean);
+  summary.stddev = sorted.size() > 1 ? std::sqrt(squares / (sorted.size() - 1)) : 0;
+  return summary;
+}
+
+nlohmann::json to_json(const Summary& s) {
+  return {{"count", s.count}, {"median", s.median}, {"mean", s.mean}, {"min", s.min},
+          {"max", s.max},     {"stddev", s.stddev}, {"p10", s.p10},   {"p90", s.p90},
+          {"p99", s.p99}};
+}
+
+std::string render_table(const Table& table) {
+  std::vector<std::size_t> widths(table.columns.size(), 0);
+  for (std::size_t c = 0; c < table.columns.size(); ++c) widths[c] = table.columns[c].size();
+  for (const auto& row : table.rows) {
+    for (std::size_t c = 0; c < row.size() && c < widths.size(); ++c) {
+      widths[c] = std::max(widths[c], row[c].size());
+    }
+  }
+  std::string out;
+  auto append_row = [&](const std::vector<std::string>& cells) {
+    for (std::size_t c = 0; c < widths.size(); ++c) {
+      const std::string& cell = c < cells.size() ? cells[c] : std::string();
+      // First column left-aligned (labels), the rest right-aligned (numbers).
+      out += c == 0 ? fmt::format("{:<{}}", cell, widths[c]) : fmt::format("  {:>{}}", cell, widths[c]);
+    }
+    out += '\n';
+  };
+  append_row(table.columns);
+  std::size_t total = 0;
+  for (std::size_t w : widths) total += w + 2;
+  out += std::string(total > 2 ? total - 2 : 0, '-') + '\n';
+  for (const auto& row : table.rows) append_row(row);
+  return out;
+}
+
+std::string_view outcome_name(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kPassed: return "passed";
+    case Outcome::kWaived: return "waived";
+    case Outcome::kFailed: return "failed";
+  }
+  return "failed";
+}
+
+std::vector<TestcaseResult> Suite::run(BenchContext& context) const {
+  std::vector<TestcaseResult> results;
+  const auto& only = context.options().only;
+  std::size_t selected = 0;
+  for (const auto& testcase : testcases_) {
+    if (only.empty() || std::find(only.begin(), only.end(), testcase->key()) != only.end()) {
+      ++selected;
+    }
+  }
+  std::size_t index = 0;
+  for (const auto& testcase : testcases_) {
+    if (!only.empty() && std::find(only.begin(), only.end(), testcase->key()) == only.end()) {
+      continue;
+    }
+    const bool draw = context.options().progress;
+    const std::string key = testcase->key();
+    context.set_progress_callback([&, draw](double fraction) {
+      if (!draw) return;
+      int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * 30);
+      std::fprintf(stderr, "\r[%zu/%zu] %-28s [%s%s]", index + 1, selected, key.c_str(),
+                   std::string(filled, '#').c_str(), std::string(30 - filled, ' ').c_str());
+      std::fflush(stderr);
+    });
+    TestcaseResult result;
+    result.key = key;
+    result.description = testcase->description();
+    if (Status filter = testcase->filter(context); !filter.ok()) {
+      result.outcome = Outcome::kWaived;
+      result.reason = filter.message();
+    } else {
+      context.progress(0);
+      StatusOr<TestcaseResult> ran = testcase->run(context);
+      if (ran.ok()) {
+        result = std::move(ran).value();
+        result.key = key;
+        if (result.description.empty()) result.description = testcase->description();
+      } else {
+        result.outcome = Outcome::kFailed;
+        result.reason = ran.status().to_string();
+      }
+      context.progress(1);
+    }
+    if (draw) std::fprintf(stderr, "\r\033[K");
+    results.push_back(std::move(result));
+    ++index;
+  }
+  context.set_progress_callback(nullptr);
+  return results;
+}
+
+nlohmann::json to_json(const std::string& suite, const std::vector<TestcaseResult>& results) {
+  nlohmann::json testcases = nlohmann::json::array();
+  for (const auto& r : results) {
+    nlohmann::json item = {{"key", r.key},
+                           {"description", r.description},
+                           {"outcome", outcome_name(r.outcome)},
+                           {"notes", r.notes},
+                           {"data", r.data.is_null() ? nlohmann::json::object() : r.data}};
+    item["reason"] = r.reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.reason);
+    testcases.push_back(std::move(item));
+  }
+  return {{"schema_version", 1}, {"suite", suite}, {"testcases", std::move(testcases)}};
+}
+
+std::string render_text(const std::string& suite, const std::vector<TestcaseResult>& results) {
+  std::string out = fmt::format("gpuopt bench {}\n", suite);
+  for (const auto& r : results) {
+    out += fmt::format("\n== {} ({}): {}\n", r.key, outcome_name(r.outcome), r.description);
+    if (!r.reason.empty()) out += fmt::format("   {}\n", r.reason);
+    if (!r.table.columns.empty()) out += render_table(r.table);
+    for (const auto& note : r.notes) out += fmt::format("   * {}\n", note);
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::size_t>> parse_sizes(const std::string& text) {
+  std::vector<std::size_t> sizes;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    start = end + 1;
+    // Trim spaces.
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (item.empty()) return invalid_argument(fmt::format("--sizes: empty item in '{}'", text));
+    std::size_t digits = 0;
+    while (digits < item.size() && std::isdigit(static_cast<unsigned char>(item[digits]))) ++digits;
+    if (digits == 0 || digits > 12) {
+      return invalid_argument(fmt::format("--sizes: '{}' does not start with a number", item));
+    }
+    std::size_t value = std::stoull(item.substr(0, digits));
+    std::string suffix = item.substr(digits);
+    for (auto& ch : suffix) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    std::size_t multiplier = 0;
+    if (suffix.empty() || suffix == "B") multiplier = 1;
+    else if (suffix == "K" || suffix == "KB" || suffix == "KIB") multiplier = 1ull << 10;
+    else if (suffix == "M" || suffix == "MB" || suffix == "MIB") multiplier = 1ull << 20;
+    else if (suffix == "G" || suffix == "GB" || suffix == "GIB") multiplier = 1ull << 30;
+    else return invalid_argument(fmt::format("--sizes: unknown unit '{}' in '{}'", suffix, item));
+    if (value == 0) return invalid_argument(fmt::format("--sizes: '{}' is zero bytes", item));
+    sizes.push_back(value * multiplier);
+    if (end == text.size()) break;
+  }
+  return sizes;
+}
+
+std::string format_bytes(std::size_t bytes) {
+  if (bytes >= (1ull << 30) && bytes % (1ull << 30) == 0) return fmt::format("{} GiB", bytes >> 30);
+  if (bytes >= (1ull << 20) && bytes % (1ull << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= (1ull << 10) && bytes % (1ull << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} B", bytes);
+}
+
+}  // namespace gpuopt::bench
