@@ -15,6 +15,12 @@ function(gpuopt_module name)
     file(GLOB cu_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cu)
     list(APPEND sources ${cu_sources})
   endif()
+  if(NOT sources)
+    # A module whose first sources are still being written: keep the target so dependents link.
+    set(placeholder ${CMAKE_CURRENT_BINARY_DIR}/gpuopt_${name}_empty.cpp)
+    file(WRITE ${placeholder} "// ${name} has no sources yet\n")
+    set(sources ${placeholder})
+  endif()
   add_library(gpuopt_${name} STATIC ${sources})
   target_include_directories(gpuopt_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
                                             PRIVATE ${PROJECT_SOURCE_DIR}/src)
@@ -53,4 +59,11 @@ function(gpuopt_test_binary name)
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
     PROPERTIES LABELS ${ARG_LABEL}
     TEST_PREFIX "${ARG_LABEL}.")
+endfunction()
+
+# Executables that are not tests or the CLI (benchmark references, helper programs) go to
+# ${CMAKE_BINARY_DIR}/bin, which scripts/gpu-build.sh copies to the GPU machine.
+function(gpuopt_extra_executable name)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin
+                                           LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 endfunction()
