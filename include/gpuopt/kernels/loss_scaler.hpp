@@ -1,0 +1,141 @@
+// Dynamic loss scaler for mixed-precision training over raw device buffers: a fused multi-tensor
+// unscale + overflow check, a device-side scale update (PyTorch GradScaler semantics, optional
+// hysteresis), an optimizer step that skips itself on overflow, and the CPU twin of all three.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "gpuopt/core/status.hpp"
+
+// cudaStream_t is `CUstream_st*`; declared here so this header compiles without CUDA.
+struct CUstream_st;
+
+namespace gpuopt::kernels {
+
+enum class GradientDtype : std::uint8_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
+
+std::size_t dtype_size(GradientDtype dtype);
+std::string_view dtype_name(GradientDtype dtype);
+
+// One gradient tensor: `count` contiguous elements of `dtype` at `data` (device memory for
+// LossScaler, host memory for the CPU twin). `data` must be aligned to the element size.
+struct GradientTensor {
+  void* data = nullptr;
+  std::size_t count = 0;
+  GradientDtype dtype = GradientDtype::kFloat16;
+};
+
+struct LossScalerOptions {
+  float init_scale = 65536.0f;  // 2^16, as torch.amp.GradScaler
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int growth_interval = 2000;  // consecutive finite steps before the scale grows
+  // 1 = PyTorch GradScaler (back off on every overflow). N > 1 = tolerate N-1 consecutive
+  // overflows (steps still skipped) and back off on the Nth and every later one of that run; a
+  // finite step re-arms it (DeepSpeed's consecutive_hysteresis, Megatron's "hysteresis").
+  int hysteresis = 1;
+  int history_capacity = 1024;  // steps kept in the device ring buffer of StepRecord
+};
+
+// INVALID_ARGUMENT naming the bad field.
+Status validate(const LossScalerOptions& options);
+
+// The state machine. The scale update follows torch's _amp_update_scale_ CUDA kernel exactly:
+// float scale times double factor, rounded to float; growth is dropped when it would reach inf.
+struct ScalerState {
+  float scale = 65536.0f;
+  std::int32_t growth_tracker = 0;      // consecutive finite steps since the last growth/overflow
+  std::int32_t hysteresis_tracker = 1;  // overflows still tolerated before backing off (>= 1)
+};
+
+// One step as recorded by update(): the state after the step and whether it overflowed
+// (found_inf != 0 means the optimizer step was skipped).
+struct StepRecord {
+  float scale = 0;
+  std::int32_t growth_tracker = 0;
+  std::int32_t hysteresis_tracker = 0;
+  std::int32_t found_inf = 0;
+  friend bool operator==(const StepRecord&, const StepRecord&) = default;
+};
+
+struct LossScalerStatistics {
+  std::uint64_t steps = 0;
+  std::uint64_t overflows = 0;  // = skipped optimizer steps
+  ScalerState state;
+  std::vector<StepRecord> history;  // the last min(steps, history_capacity) steps, oldest first
+};
+
+// ---- CPU twin (the oracle; host pointers) ----
+
+// Bit conversions the twin uses; match CUDA's __half2float/__float2half_rn/__float2bfloat16_rn
+// for every non-NaN input (NaN becomes the canonical 0x7fff with the sign dropped).
+float half_to_float(std::uint16_t bits);
+std::uint16_t float_to_half_rn(float value);
+float bfloat16_to_float(std::uint16_t bits);
+std::uint16_t float_to_bfloat16_rn(float value);
+
+// As GradScaler.unscale_: inv = float(1 / double(scale)).
+float inverse_scale(float scale);
+// As torch._amp_foreach_non_finite_check_and_unscale_: every element x becomes
+// dtype(float(x) * inv) (x unchanged when inv == 1); returns true when any input is inf or NaN.
+bool unscale_reference(std::span<const GradientTensor> gradients, float inv_scale);
+// One update of the state machine; returns the record that update() stores on the device.
+StepRecord update_reference(ScalerState& state, bool found_inf, const LossScalerOptions& options);
+// params[i] = fma(-lr, float(grad[i]), params[i]) unless found_inf.
+void sgd_step_if_finite_reference(std::span<float* const> params,
+                                  std::span<const GradientTensor> gradients, float learning_rate,
+                                  bool found_inf);
+ScalerState initial_state(const LossScalerOptions& options);
+
+// ---- GPU ----
+
+// Owns the device state of one scaler bound to a fixed list of gradient buffers. Each training
+// step, all on one stream and with no host synchronisation:
+//   unscale(s)            zero found_inf, then one fused kernel over every gradient
+//   sgd_step_if_finite(s) (or the caller's own kernel reading device_found_inf())
+//   update(s)             the scale/tracker update and one history record, on the device
+// Only create(), bind_parameters() and fetch_statistics() synchronise.
+class LossScaler {
+ public:
+  // Validates the tensors and options, allocates the device state and uploads the chunk table.
+  static StatusOr<std::unique_ptr<LossScaler>> create(std::span<const GradientTensor> gradients,
+                                                      const LossScalerOptions& options = {});
+  ~LossScaler();
+  LossScaler(const LossScaler&) = delete;
+  LossScaler& operator=(const LossScaler&) = delete;
+
+  Status unscale(CUstream_st* stream);
+  Status update(CUstream_st* stream);
+  // fp32 master parameters, one per gradient tensor with the same element count.
+  Status bind_parameters(std::span<float* const> params);
+  Status sgd_step_if_finite(float learning_rate, CUstream_st* stream);
+
+  // Device scalars a caller's kernels may read: found_inf (float, 0 or 1, valid from unscale()
+  // until the next unscale()) and the current scale (float, to multiply the loss by).
+  const float* device_found_inf() const;
+  const float* device_scale() const;
+
+  // Copies the state and history to the host and waits for `stream`: call it only when needed.
+  StatusOr<LossScalerStatistics> fetch_statistics(CUstream_st* stream) const;
+
+  std::size_t chunk_count() const { return chunk_count_; }
+  int grid_blocks() const { return grid_blocks_; }
+
+ private:
+  LossScaler() = default;
+  LossScalerOptions options_;
+  std::vector<GradientTensor> gradients_;
+  void* device_state_ = nullptr;   // DeviceScalerState followed by the history ring
+  void* device_chunks_ = nullptr;  // ChunkDescriptor[chunk_count_]
+  void* device_params_ = nullptr;  // float*[gradients_.size()]
+  std::size_t chunk_count_ = 0;
+  int grid_blocks_ = 0;
+  bool parameters_bound_ = false;
+};
+
+}  // namespace gpuopt::kernels
