@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The README's main command: install dependencies, build, and run gpuopt's main job.
+# The README's main command: install dependencies, build, and run `gpuopt audit` (doctor + short
+# benches + pipeline), which writes gpuopt-audit/report.html and report.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$(nproc)" --target gpuopt
-exec ./build/tools/gpuopt/gpuopt doctor "$@"
+exec ./build/tools/gpuopt/gpuopt audit "$@"

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "gpuopt/core/dynamic_library.hpp"
+
 namespace gpuopt {
 
 #if GPUOPT_CUDA
@@ -10,22 +12,28 @@ namespace {
 
 StatusCode canonical_runtime_code(cudaError_t error) {
   switch (error) {
-    case cudaErrorMemoryAllocation: return StatusCode::kResourceExhausted;
+    case cudaErrorMemoryAllocation:
+      return StatusCode::kResourceExhausted;
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
     case cudaErrorDevicesUnavailable:
     case cudaErrorInitializationError:
     case cudaErrorSystemDriverMismatch:
-    case cudaErrorCompatNotSupportedOnDevice: return StatusCode::kUnavailable;
+    case cudaErrorCompatNotSupportedOnDevice:
+      return StatusCode::kUnavailable;
     case cudaErrorInvalidValue:
     case cudaErrorInvalidConfiguration:
     case cudaErrorInvalidPitchValue:
-    case cudaErrorInvalidDevice: return StatusCode::kInvalidArgument;
+    case cudaErrorInvalidDevice:
+      return StatusCode::kInvalidArgument;
     case cudaErrorNotSupported:
     case cudaErrorNoKernelImageForDevice:
-    case cudaErrorUnsupportedPtxVersion: return StatusCode::kUnimplemented;
-    case cudaErrorNotPermitted: return StatusCode::kPermissionDenied;
-    default: return StatusCode::kInternal;
+    case cudaErrorUnsupportedPtxVersion:
+      return StatusCode::kUnimplemented;
+    case cudaErrorNotPermitted:
+      return StatusCode::kPermissionDenied;
+    default:
+      return StatusCode::kInternal;
   }
 }
 
@@ -35,8 +43,9 @@ Status cuda_runtime_status(cudaError_t error, const char* expression, const char
   if (error == cudaSuccess) return ok_status();
   // Non-sticky errors are cleared here so the next checked call does not report them again.
   (void)cudaGetLastError();
-  return gpu_api_error(GpuApi::kCudaRuntime, canonical_runtime_code(error), static_cast<long>(error),
-                       cudaGetErrorName(error), cudaGetErrorString(error), expression, file, line);
+  return gpu_api_error(GpuApi::kCudaRuntime, canonical_runtime_code(error),
+                       static_cast<long>(error), cudaGetErrorName(error), cudaGetErrorString(error),
+                       expression, file, line);
 }
 
 void* driver_entry_point(const char* symbol, unsigned int cuda_version) {
@@ -73,6 +82,9 @@ StatusOr<int> cuda_device_count() {
   cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
     (void)cudaGetLastError();
+    if (!DynamicLibrary::open({"libcuda.so.1"}).ok()) {
+      return unavailable("no NVIDIA driver is installed (libcuda.so.1 cannot be loaded)");
+    }
     return unavailable(fmt::format("no usable CUDA device: {} ({})", cudaGetErrorName(error),
                                    cudaGetErrorString(error)));
   }

@@ -1,0 +1,244 @@
+// `gpuopt audit`: the main job. Runs doctor, the short benches and the pipeline, each as a child
+// process of this binary (so one stage can fail or hang without taking the others down), and
+// writes report.json + an offline report.html.
+#include <fmt/format.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "command_registry.hpp"
+#include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/core/subprocess.hpp"
+#include "gpuopt/report/report.hpp"
+
+namespace gpuopt::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct AuditOptions {
+  std::string out_dir = "gpuopt-audit";
+  std::vector<std::string> skip;
+  int stage_timeout_s = 300;
+  bool full = false;
+};
+
+struct StagePlan {
+  std::string key;
+  std::string title;
+  std::vector<std::string> command;  // path of subcommands + flags
+  std::size_t subcommand_depth;      // how many leading words name the subcommand
+  bool exit_1_2_are_findings;        // doctor: 1/2 mean warnings/errors found, not a failure
+};
+
+std::vector<StagePlan> audit_plan(bool full) {
+  std::vector<std::string> quick =
+      full ? std::vector<std::string>{} : std::vector<std::string>{"--quick"};
+  auto with = [&](std::vector<std::string> words) {
+    words.insert(words.end(), quick.begin(), quick.end());
+    words.push_back("--json");
+    return words;
+  };
+  return {
+      {"doctor", "Platform diagnosis (doctor)", {"doctor", "--json"}, 1, true},
+      {"bench.pcie", "PCIe transfers (bench pcie)", with({"bench", "pcie"}), 2, false},
+      {"bench.streams", "Stream priorities and SM partitions (bench streams)",
+       with({"bench", "streams"}), 2, false},
+      {"bench.loader", "Adaptive prefetch loader (bench loader)", with({"bench", "loader"}), 2,
+       false},
+      {"bench.scaler", "Loss scaler (bench scaler)", with({"bench", "scaler"}), 2, false},
+      {"bench.gemm", "W4A16 GEMM (bench gemm)", with({"bench", "gemm"}), 2, false},
+      {"bench.vector", "Vector store (bench vector)", with({"bench", "vector"}), 2, false},
+      {"pipeline", "Multi-stream pipeline, baseline vs optimized (pipeline)", with({"pipeline"}), 1,
+       false},
+  };
+}
+
+bool has_subcommand(CLI::App& app, const std::vector<std::string>& path, std::size_t depth) {
+  CLI::App* current = &app;
+  for (std::size_t i = 0; i < depth; ++i) {
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : current->get_subcommands([](CLI::App*) { return true; })) {
+      if (sub->get_name() == path[i]) next = sub;
+    }
+    if (next == nullptr) return false;
+    current = next;
+  }
+  return true;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string tail_lines(const std::string& text, int lines) {
+  std::size_t position = text.size();
+  for (int i = 0; i <= lines && position != std::string::npos && position > 0; ++i) {
+    position = text.rfind('\n', position - 1);
+  }
+  return position == std::string::npos || position == 0 ? text : text.substr(position + 1);
+}
+
+std::string iso_now() {
+  std::time_t now = std::time(nullptr);
+  char buffer[32];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return buffer;
+}
+
+// Name of device 0, or why there is none.
+std::pair<bool, std::string> gpu_summary() {
+  auto count = cuda_device_count();
+  if (!count.ok()) return {false, count.status().message()};
+#if GPUOPT_CUDA
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, 0) == cudaSuccess) {
+    return {true, fmt::format("{} x {} (sm_{}{}, {} SMs)", *count, properties.name,
+                              properties.major, properties.minor, properties.multiProcessorCount)};
+  }
+#endif
+  return {true, fmt::format("{} CUDA device(s)", *count)};
+}
+
+// A bench suite whose testcases were all waived ran nothing: call it skipped, with the reasons.
+void classify_waived(report::StageRecord& stage) {
+  if (!stage.data.is_object() || !stage.data.contains("testcases")) return;
+  const auto& testcases = stage.data["testcases"];
+  if (!testcases.is_array() || testcases.empty()) return;
+  std::set<std::string> reasons;
+  for (const auto& testcase : testcases) {
+    if (testcase.value("outcome", "") != "waived") return;
+    if (testcase.contains("reason") && testcase["reason"].is_string()) {
+      reasons.insert(testcase["reason"].get<std::string>());
+    }
+  }
+  stage.status = "skipped";
+  std::string joined;
+  for (const auto& reason : reasons) joined += (joined.empty() ? "" : "; ") + reason;
+  stage.reason = "every testcase waived: " + joined;
+}
+
+int run_audit(CLI::App& app, const AuditOptions& options) {
+  std::error_code error;
+  fs::path out(options.out_dir);
+  fs::create_directories(out / "stages", error);
+  if (error) {
+    fmt::print(stderr, "gpuopt audit: cannot create {}: {}\n", (out / "stages").string(),
+               error.message());
+    return kExitToolFailed;
+  }
+  auto self = current_executable();
+  if (!self.ok()) {
+    fmt::print(stderr, "gpuopt audit: {}\n", self.status().to_string());
+    return kExitToolFailed;
+  }
+
+  report::AuditReport audit;
+  audit.gpuopt_version = "0.1.0";
+  audit.generated_at = iso_now();
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) == 0) audit.hostname = host;
+  struct utsname uts {};
+  if (uname(&uts) == 0) audit.kernel = fmt::format("{} {}", uts.sysname, uts.release);
+  std::tie(audit.gpu_present, audit.gpu_summary) = gpu_summary();
+  fmt::print(stderr, "gpuopt audit: {}\n",
+             audit.gpu_present ? "GPU: " + audit.gpu_summary : "no GPU: " + audit.gpu_summary);
+
+  auto plan = audit_plan(options.full);
+  int worst = kExitOk;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const StagePlan& step = plan[i];
+    report::StageRecord stage;
+    stage.key = step.key;
+    stage.title = step.title;
+    stage.command = step.command;
+    fmt::print(stderr, "[{}/{}] {:<14} ", i + 1, plan.size(), step.key);
+    if (std::find(options.skip.begin(), options.skip.end(), step.key) != options.skip.end()) {
+      stage.status = "skipped";
+      stage.reason = "skipped by --skip";
+    } else if (!has_subcommand(app, step.command, step.subcommand_depth)) {
+      stage.status = "skipped";
+      stage.reason = "not available in this build of gpuopt";
+    } else {
+      std::vector<std::string> argv{*self};
+      argv.insert(argv.end(), step.command.begin(), step.command.end());
+      fs::path stdout_path = out / "stages" / (step.key + ".json");
+      fs::path stderr_path = out / "stages" / (step.key + ".stderr");
+      auto ran = run_subprocess(argv, stdout_path.string(), stderr_path.string(),
+                                std::chrono::seconds(options.stage_timeout_s));
+      if (!ran.ok()) {
+        stage.status = "failed";
+        stage.reason = ran.status().to_string();
+      } else {
+        stage.seconds = ran->seconds;
+        stage.exit_code = ran->exit_code;
+        std::string text = read_text(stdout_path);
+        stage.data = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+        if (stage.data.is_discarded()) stage.data = nullptr;
+        bool exit_ok = ran->exit_code == 0 ||
+                       (step.exit_1_2_are_findings && (ran->exit_code == 1 || ran->exit_code == 2));
+        if (ran->timed_out) {
+          stage.status = "failed";
+          stage.reason =
+              fmt::format("ran past the {} s limit and was stopped", options.stage_timeout_s);
+        } else if (ran->signal != 0) {
+          stage.status = "failed";
+          stage.reason = fmt::format("killed by signal {}", ran->signal);
+        } else if (!exit_ok) {
+          stage.status = "failed";
+          stage.reason = fmt::format("exit code {}", ran->exit_code);
+        } else if (stage.data.is_null()) {
+          stage.status = "failed";
+          stage.reason = "its output was not JSON";
+        } else {
+          stage.status = "ran";
+          classify_waived(stage);
+        }
+        if (stage.status == "failed") stage.stderr_tail = tail_lines(read_text(stderr_path), 20);
+        if (step.exit_1_2_are_findings && exit_ok) worst = std::max(worst, ran->exit_code);
+      }
+    }
+    if (stage.status == "failed") worst = std::max(worst, kExitErrors);
+    fmt::print(stderr, "{:<8} {:6.1f} s  {}\n", stage.status, stage.seconds, stage.reason);
+    audit.stages.push_back(std::move(stage));
+  }
+
+  nlohmann::json document = report::to_json(audit);
+  std::ofstream(out / "report.json") << document.dump(2) << "\n";
+  std::ofstream html(out / "report.html");
+  html << report::render_html(document);
+  if (!html) {
+    fmt::print(stderr, "gpuopt audit: cannot write {}\n", (out / "report.html").string());
+    return kExitToolFailed;
+  }
+  fmt::print("gpuopt audit: wrote {} and {}\n", (out / "report.html").string(),
+             (out / "report.json").string());
+  return worst;
+}
+
+GPUOPT_REGISTER_COMMAND("", 100, [](CLI::App& parent, int& exit_code) {
+  auto options = std::make_shared<AuditOptions>();
+  CLI::App* command = parent.add_subcommand(
+      "audit", "The main job: doctor + short benches + pipeline, one report.html + report.json");
+  command->add_option("--out", options->out_dir, "Folder for the report")->capture_default_str();
+  command->add_option("--skip", options->skip, "Stage keys to skip (e.g. bench.gemm)");
+  command
+      ->add_option("--stage-timeout", options->stage_timeout_s, "Seconds before a stage is stopped")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  command->add_flag("--full", options->full, "Full benches instead of the short ones");
+  command->callback([&parent, options, &exit_code] { exit_code = run_audit(parent, *options); });
+});
+
+}  // namespace
+}  // namespace gpuopt::cli
