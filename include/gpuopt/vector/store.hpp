@@ -1,0 +1,139 @@
+// The embedded vector store: collections of fixed-dimension fp32 vectors keyed by 64-bit ids, with
+// metadata, persisted as mmap'd checksummed segment files plus a SQLite catalogue (WAL mode).
+//
+// Durability: a write returns OK only after its segment file and directory are fsync'd and the
+// SQLite transaction naming it has committed with synchronous=FULL, so it survives kill -9 (and
+// power loss as far as SQLite and the filesystem promise). Segment headers and sizes are checked
+// at open; data checksums (CRC32C) are checked on first use or by verify(). A mismatch is reported
+// as DATA_LOSS naming the file, never read as data. One writer at a time per store.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpuopt/core/status.hpp"
+#include "gpuopt/vector/types.hpp"
+
+namespace gpuopt::vector {
+
+struct CollectionConfig {
+  std::size_t dim = 0;
+  Metric metric = Metric::kL2;
+};
+
+struct Record {
+  std::uint64_t id = 0;
+  std::vector<float> vector;
+  Metadata metadata;
+};
+
+struct SegmentStats {
+  std::uint64_t sequence = 0;
+  std::string file;
+  std::size_t rows = 0;
+  std::uint64_t bytes = 0;
+  bool verified = false;
+};
+
+struct CollectionStats {
+  std::string name;
+  std::size_t dim = 0;
+  Metric metric = Metric::kL2;
+  std::size_t live = 0;     // rows that queries can return
+  std::size_t deleted = 0;  // rows superseded by upsert or delete, still in segments
+  std::vector<SegmentStats> segments;
+  std::uint64_t segment_bytes = 0;
+};
+
+// A view of the collection's rows for engines that scan them directly (the GPU search).
+struct RowSpan {
+  const float* vectors = nullptr;      // [rows, dim], mmap'd
+  const float* norms = nullptr;        // [rows] squared L2 norms
+  const std::uint64_t* ids = nullptr;  // [rows]
+  std::size_t rows = 0;
+};
+
+class Store;
+
+class Collection {
+ public:
+  ~Collection();
+  Collection(const Collection&) = delete;
+  Collection& operator=(const Collection&) = delete;
+
+  const std::string& name() const;
+  std::size_t dim() const;
+  Metric metric() const;
+  std::size_t size() const;  // live rows
+
+  // vectors: [ids.size(), dim] row-major. metadata: empty, or one entry per id.
+  // add() fails with ALREADY_EXISTS when an id is present; upsert() replaces it.
+  Status add(std::span<const std::uint64_t> ids, const float* vectors,
+             std::span<const Metadata> metadata = {});
+  Status upsert(std::span<const std::uint64_t> ids, const float* vectors,
+                std::span<const Metadata> metadata = {});
+  // Deletes the ids that exist; returns how many did.
+  StatusOr<std::size_t> remove(std::span<const std::uint64_t> ids);
+  // NOT_FOUND when the id is absent.
+  StatusOr<Record> get(std::uint64_t id) const;
+
+  // queries: [query_count, dim]. Exact or IVF-Flat (trained on first use, kept until a write).
+  StatusOr<SearchResults> query(const float* queries, std::size_t query_count,
+                                const QueryOptions& options);
+  // (Re)trains the IVF index now; returns the training time in seconds.
+  StatusOr<double> build_ivf(const IvfParams& params, int threads = 0);
+
+  // Checks every segment's CRC32C now.
+  Status verify();
+  CollectionStats stats() const;
+  // Rows segment by segment, with the deleted ones still in; `live_mask` gets bit i set when row i
+  // (counted across segments) is live and matches `where_json` (empty = no filter).
+  StatusOr<std::vector<RowSpan>> rows(const std::string& where_json,
+                                      std::vector<std::uint64_t>* live_mask);
+
+ private:
+  friend class Store;
+  struct State;
+  explicit Collection(std::unique_ptr<State> state);
+  Status write_batch(std::span<const std::uint64_t> ids, const float* vectors,
+                     std::span<const Metadata> metadata, bool replace);
+  std::unique_ptr<State> state_;
+};
+
+struct OpenOptions {
+  bool create = false;  // create the directory and catalogue when missing
+  // Check each segment's data checksum the first time a query scans it.
+  bool verify_on_first_use = true;
+};
+
+class Store {
+ public:
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  static StatusOr<std::unique_ptr<Store>> open(const std::filesystem::path& directory,
+                                               const OpenOptions& options = {});
+
+  StatusOr<Collection*> create_collection(const std::string& name, const CollectionConfig& config);
+  // NOT_FOUND when absent.
+  StatusOr<Collection*> collection(const std::string& name);
+  std::vector<std::string> collection_names() const;
+  const std::filesystem::path& directory() const;
+
+ private:
+  struct State;
+  explicit Store(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// The collection the CLI uses when none is named.
+inline constexpr const char* kDefaultCollection = "default";
+
+}  // namespace gpuopt::vector

@@ -1,0 +1,514 @@
+// CPU search kernels: register-tiled SIMD dot products (AVX-512, AVX2+FMA or SSE, picked at run
+// time), fused distance + top-k scans, and IVF-Flat training (k-means) and search.
+#include "search_kernels.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+
+namespace gpuopt::vector::detail {
+
+namespace {
+
+// One 4-query x 2-row register tile per step: 8 accumulators and 6 loads per W floats of dim.
+// The vector width W is fixed per instruction set so the accumulators stay in registers.
+typedef float Float16 __attribute__((vector_size(64)));
+typedef float Float8 __attribute__((vector_size(32)));
+typedef float Float4 __attribute__((vector_size(16)));
+
+template <typename V, int W>
+[[gnu::always_inline]] inline void dot_tile_generic(const float* queries, std::size_t query_count,
+                                                    const float* rows, std::size_t row_count,
+                                                    std::size_t dim, float* dots) {
+  const std::size_t vector_dim = dim / W * W;
+#define GPUOPT_LOAD(dst, src) \
+  V dst;                      \
+  __builtin_memcpy(&dst, (src), sizeof(V))
+  std::size_t i = 0;
+  for (; i + 4 <= query_count; i += 4) {
+    const float* q0 = queries + i * dim;
+    const float* q1 = q0 + dim;
+    const float* q2 = q1 + dim;
+    const float* q3 = q2 + dim;
+    std::size_t j = 0;
+    for (; j + 2 <= row_count; j += 2) {
+      const float* x0 = rows + j * dim;
+      const float* x1 = x0 + dim;
+      V a00 = {}, a01 = {}, a10 = {}, a11 = {}, a20 = {}, a21 = {}, a30 = {}, a31 = {};
+      for (std::size_t t = 0; t < vector_dim; t += W) {
+        GPUOPT_LOAD(v0, x0 + t);
+        GPUOPT_LOAD(v1, x1 + t);
+        GPUOPT_LOAD(u0, q0 + t);
+        a00 += u0 * v0;
+        a01 += u0 * v1;
+        GPUOPT_LOAD(u1, q1 + t);
+        a10 += u1 * v0;
+        a11 += u1 * v1;
+        GPUOPT_LOAD(u2, q2 + t);
+        a20 += u2 * v0;
+        a21 += u2 * v1;
+        GPUOPT_LOAD(u3, q3 + t);
+        a30 += u3 * v0;
+        a31 += u3 * v1;
+      }
+      float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int l = 0; l < W; ++l) {
+        s[0] += a00[l];
+        s[1] += a01[l];
+        s[2] += a10[l];
+        s[3] += a11[l];
+        s[4] += a20[l];
+        s[5] += a21[l];
+        s[6] += a30[l];
+        s[7] += a31[l];
+      }
+      for (std::size_t t = vector_dim; t < dim; ++t) {
+        s[0] += q0[t] * x0[t];
+        s[1] += q0[t] * x1[t];
+        s[2] += q1[t] * x0[t];
+        s[3] += q1[t] * x1[t];
+        s[4] += q2[t] * x0[t];
+        s[5] += q2[t] * x1[t];
+        s[6] += q3[t] * x0[t];
+        s[7] += q3[t] * x1[t];
+      }
+      for (int a = 0; a < 4; ++a) {
+        dots[(i + a) * row_count + j] = s[2 * a];
+        dots[(i + a) * row_count + j + 1] = s[2 * a + 1];
+      }
+    }
+    for (; j < row_count; ++j) {
+      const float* x0 = rows + j * dim;
+      V a0 = {}, a1 = {}, a2 = {}, a3 = {};
+      for (std::size_t t = 0; t < vector_dim; t += W) {
+        GPUOPT_LOAD(v0, x0 + t);
+        GPUOPT_LOAD(u0, q0 + t);
+        GPUOPT_LOAD(u1, q1 + t);
+        GPUOPT_LOAD(u2, q2 + t);
+        GPUOPT_LOAD(u3, q3 + t);
+        a0 += u0 * v0;
+        a1 += u1 * v0;
+        a2 += u2 * v0;
+        a3 += u3 * v0;
+      }
+      float s[4] = {0, 0, 0, 0};
+      for (int l = 0; l < W; ++l) {
+        s[0] += a0[l];
+        s[1] += a1[l];
+        s[2] += a2[l];
+        s[3] += a3[l];
+      }
+      for (std::size_t t = vector_dim; t < dim; ++t) {
+        s[0] += q0[t] * x0[t];
+        s[1] += q1[t] * x0[t];
+        s[2] += q2[t] * x0[t];
+        s[3] += q3[t] * x0[t];
+      }
+      for (int a = 0; a < 4; ++a) dots[(i + a) * row_count + j] = s[a];
+    }
+  }
+  for (; i < query_count; ++i) {
+    const float* q0 = queries + i * dim;
+    std::size_t j = 0;
+    for (; j + 4 <= row_count; j += 4) {
+      const float* x0 = rows + j * dim;
+      const float* x1 = x0 + dim;
+      const float* x2 = x1 + dim;
+      const float* x3 = x2 + dim;
+      V a0 = {}, a1 = {}, a2 = {}, a3 = {};
+      for (std::size_t t = 0; t < vector_dim; t += W) {
+        GPUOPT_LOAD(u0, q0 + t);
+        GPUOPT_LOAD(v0, x0 + t);
+        GPUOPT_LOAD(v1, x1 + t);
+        GPUOPT_LOAD(v2, x2 + t);
+        GPUOPT_LOAD(v3, x3 + t);
+        a0 += u0 * v0;
+        a1 += u0 * v1;
+        a2 += u0 * v2;
+        a3 += u0 * v3;
+      }
+      float s[4] = {0, 0, 0, 0};
+      for (int l = 0; l < W; ++l) {
+        s[0] += a0[l];
+        s[1] += a1[l];
+        s[2] += a2[l];
+        s[3] += a3[l];
+      }
+      for (std::size_t t = vector_dim; t < dim; ++t) {
+        s[0] += q0[t] * x0[t];
+        s[1] += q0[t] * x1[t];
+        s[2] += q0[t] * x2[t];
+        s[3] += q0[t] * x3[t];
+      }
+      for (int a = 0; a < 4; ++a) dots[i * row_count + j + a] = s[a];
+    }
+    for (; j < row_count; ++j) {
+      const float* x0 = rows + j * dim;
+      V a0 = {};
+      for (std::size_t t = 0; t < vector_dim; t += W) {
+        GPUOPT_LOAD(u0, q0 + t);
+        GPUOPT_LOAD(v0, x0 + t);
+        a0 += u0 * v0;
+      }
+      float s = 0;
+      for (int l = 0; l < W; ++l) s += a0[l];
+      for (std::size_t t = vector_dim; t < dim; ++t) s += q0[t] * x0[t];
+      dots[i * row_count + j] = s;
+    }
+  }
+#undef GPUOPT_LOAD
+}
+
+using DotTileFunction = void (*)(const float*, std::size_t, const float*, std::size_t, std::size_t,
+                                 float*);
+
+__attribute__((target("avx512f,avx512vl,fma"))) void dot_tile_avx512(const float* q, std::size_t nq,
+                                                                     const float* x, std::size_t nr,
+                                                                     std::size_t dim, float* out) {
+  dot_tile_generic<Float16, 16>(q, nq, x, nr, dim, out);
+}
+__attribute__((target("avx2,fma"))) void dot_tile_avx2(const float* q, std::size_t nq,
+                                                       const float* x, std::size_t nr,
+                                                       std::size_t dim, float* out) {
+  dot_tile_generic<Float8, 8>(q, nq, x, nr, dim, out);
+}
+void dot_tile_sse(const float* q, std::size_t nq, const float* x, std::size_t nr, std::size_t dim,
+                  float* out) {
+  dot_tile_generic<Float4, 4>(q, nq, x, nr, dim, out);
+}
+
+DotTileFunction select_dot_tile() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) {
+    return dot_tile_avx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return dot_tile_avx2;
+  return dot_tile_sse;
+}
+
+const DotTileFunction kDotTile = select_dot_tile();
+
+constexpr std::size_t kQueryTile = 32;
+constexpr std::size_t kRowTile = 128;
+constexpr std::size_t kChunkRows = 4096;
+
+std::uint64_t row_position(const RowBlock& block, std::size_t row) {
+  return block.positions != nullptr ? block.positions[row] : block.first_position + row;
+}
+
+// Scans rows [begin, end) of `block` for queries [q_begin, q_end), pushing into `topk`.
+void scan_rows(const RowBlock& block, std::size_t begin, std::size_t end, std::size_t dim,
+               Metric metric, const float* queries, const float* query_norms, std::size_t q_begin,
+               std::size_t q_end, const AllowMask* mask, std::vector<TopK>& topk,
+               std::vector<float>& dots) {
+  std::size_t tile_queries = q_end - q_begin;
+  dots.resize(kQueryTile * kRowTile);
+  for (std::size_t r0 = begin; r0 < end; r0 += kRowTile) {
+    std::size_t tile_rows = std::min(kRowTile, end - r0);
+    kDotTile(queries + q_begin * dim, tile_queries, block.vectors + r0 * dim, tile_rows, dim,
+             dots.data());
+    for (std::size_t q = 0; q < tile_queries; ++q) {
+      TopK& best = topk[q_begin + q];
+      const float* row_dots = dots.data() + q * tile_rows;
+      float query_norm = query_norms[q_begin + q];
+      for (std::size_t r = 0; r < tile_rows; ++r) {
+        float distance = distance_from_dot(metric, row_dots[r], query_norm, block.norms[r0 + r]);
+        if (distance >= best.threshold()) continue;
+        std::uint64_t position = row_position(block, r0 + r);
+        if (!allowed(mask, position)) continue;
+        best.push(distance, position);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void dot_tile(const float* queries, std::size_t query_count, const float* rows,
+              std::size_t row_count, std::size_t dim, float* dots) {
+  kDotTile(queries, query_count, rows, row_count, dim, dots);
+}
+
+float dot(const float* a, const float* b, std::size_t dim) {
+  float out = 0;
+  kDotTile(a, 1, b, 1, dim, &out);
+  return out;
+}
+
+void squared_norms(const float* rows, std::size_t row_count, std::size_t dim, float* norms) {
+  for (std::size_t i = 0; i < row_count; ++i) norms[i] = dot(rows + i * dim, rows + i * dim, dim);
+}
+
+float direct_distance(Metric metric, const float* a, const float* b, std::size_t dim) {
+  double sum = 0, aa = 0, bb = 0;
+  for (std::size_t i = 0; i < dim; ++i) {
+    if (metric == Metric::kL2) {
+      double d = double(a[i]) - double(b[i]);
+      sum += d * d;
+    } else {
+      sum += double(a[i]) * double(b[i]);
+      aa += double(a[i]) * double(a[i]);
+      bb += double(b[i]) * double(b[i]);
+    }
+  }
+  switch (metric) {
+    case Metric::kL2:
+      return static_cast<float>(sum);
+    case Metric::kInnerProduct:
+      return static_cast<float>(-sum);
+    case Metric::kCosine:
+      return aa > 0 && bb > 0 ? static_cast<float>(1.0 - sum / std::sqrt(aa * bb)) : 1.0f;
+  }
+  return 0;
+}
+
+int resolve_threads(int threads) {
+  if (threads > 0) return threads;
+  unsigned hardware = std::thread::hardware_concurrency();
+  return hardware == 0 ? 1 : static_cast<int>(hardware);
+}
+
+void parallel_for(std::size_t tasks, int threads,
+                  const std::function<void(std::size_t, int)>& body) {
+  int workers = static_cast<int>(std::min<std::size_t>(tasks, resolve_threads(threads)));
+  if (workers <= 1) {
+    for (std::size_t t = 0; t < tasks; ++t) body(t, 0);
+    return;
+  }
+  std::atomic<std::size_t> next{0};
+  auto work = [&](int worker) {
+    for (std::size_t t = next++; t < tasks; t = next++) body(t, worker);
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < workers; ++w) pool.emplace_back(work, w);
+  work(0);
+  for (auto& thread : pool) thread.join();
+}
+
+std::vector<TopK> exact_scan(std::span<const RowBlock> blocks, std::size_t dim, Metric metric,
+                             const float* queries, std::size_t query_count, std::size_t k,
+                             const AllowMask* mask, int threads) {
+  std::vector<float> query_norms(query_count);
+  squared_norms(queries, query_count, dim, query_norms.data());
+  struct Chunk {
+    std::size_t block, begin, end;
+  };
+  std::vector<Chunk> chunks;
+  std::size_t total_rows = 0;
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    total_rows += blocks[b].rows;
+    for (std::size_t r = 0; r < blocks[b].rows; r += kChunkRows) {
+      chunks.push_back({b, r, std::min(blocks[b].rows, r + kChunkRows)});
+    }
+  }
+  std::size_t query_tiles = (query_count + kQueryTile - 1) / kQueryTile;
+  std::size_t tasks = chunks.size() * query_tiles;
+  // Small scans stay on the calling thread: starting threads would cost more than they save.
+  double work = double(total_rows) * double(query_count) * double(dim);
+  int workers = work < 4e6 ? 1 : resolve_threads(threads);
+  std::vector<std::vector<TopK>> per_worker(static_cast<std::size_t>(workers),
+                                            std::vector<TopK>(query_count, TopK(k)));
+  std::vector<std::vector<float>> buffers(static_cast<std::size_t>(workers));
+  parallel_for(tasks, workers, [&](std::size_t task, int worker) {
+    const Chunk& chunk = chunks[task / query_tiles];
+    std::size_t q_begin = (task % query_tiles) * kQueryTile;
+    std::size_t q_end = std::min(query_count, q_begin + kQueryTile);
+    scan_rows(blocks[chunk.block], chunk.begin, chunk.end, dim, metric, queries, query_norms.data(),
+              q_begin, q_end, mask, per_worker[worker], buffers[worker]);
+  });
+  for (std::size_t w = 1; w < per_worker.size(); ++w) {
+    for (std::size_t q = 0; q < query_count; ++q) per_worker[0][q].merge(per_worker[w][q]);
+  }
+  return std::move(per_worker[0]);
+}
+
+StatusOr<IvfFlat> IvfFlat::build(std::span<const RowBlock> blocks, std::size_t dim, Metric metric,
+                                 const IvfParams& params, int threads) {
+  auto start = std::chrono::steady_clock::now();
+  std::size_t total = 0;
+  for (const auto& block : blocks) total += block.rows;
+  if (total == 0) return failed_precondition("IVF: the collection has no vectors to train on");
+  std::size_t nlist = params.nlist;
+  if (nlist == 0) {
+    nlist = 1;
+    while (nlist * nlist < 16 * total) nlist *= 2;  // about 4*sqrt(rows)
+  }
+  if (nlist > total) {
+    return invalid_argument(fmt::format("IVF: nlist {} exceeds the {} vectors", nlist, total));
+  }
+  std::mt19937_64 rng(params.seed);
+  // Training sample: up to max_train_points_per_list per list, drawn without replacement.
+  std::size_t sample_count =
+      std::min(total, nlist * std::max<std::size_t>(1, params.max_train_points_per_list));
+  std::vector<std::size_t> order(total);
+  std::iota(order.begin(), order.end(), 0);
+  for (std::size_t i = 0; i < sample_count; ++i) {
+    std::uniform_int_distribution<std::size_t> pick(i, total - 1);
+    std::swap(order[i], order[pick(rng)]);
+  }
+  // Maps a flat row number to its block row.
+  std::vector<std::size_t> block_starts;
+  for (std::size_t b = 0, s = 0; b < blocks.size(); s += blocks[b].rows, ++b) {
+    block_starts.push_back(s);
+  }
+  auto row_pointer = [&](std::size_t flat) {
+    std::size_t b =
+        static_cast<std::size_t>(std::upper_bound(block_starts.begin(), block_starts.end(), flat) -
+                                 block_starts.begin() - 1);
+    return blocks[b].vectors + (flat - block_starts[b]) * dim;
+  };
+  std::vector<float> sample(sample_count * dim);
+  for (std::size_t i = 0; i < sample_count; ++i) {
+    std::memcpy(&sample[i * dim], row_pointer(order[i]), dim * sizeof(float));
+  }
+  IvfFlat index;
+  index.dim_ = dim;
+  index.metric_ = metric;
+  index.centroids_.assign(sample.begin(), sample.begin() + static_cast<long>(nlist * dim));
+  index.centroid_norms_.resize(nlist);
+  std::vector<std::uint32_t> assignment(sample_count);
+  for (int iteration = 0; iteration <= params.iterations; ++iteration) {
+    squared_norms(index.centroids_.data(), nlist, dim, index.centroid_norms_.data());
+    RowBlock centroid_block{index.centroids_.data(), index.centroid_norms_.data(), nlist, 0,
+                            nullptr};
+    auto nearest = exact_scan({&centroid_block, 1}, dim, Metric::kL2, sample.data(), sample_count,
+                              1, nullptr, threads);
+    for (std::size_t i = 0; i < sample_count; ++i) {
+      assignment[i] = static_cast<std::uint32_t>(nearest[i].items()[0].position);
+    }
+    if (iteration == params.iterations) break;
+    std::vector<double> sums(nlist * dim, 0.0);
+    std::vector<std::size_t> counts(nlist, 0);
+    for (std::size_t i = 0; i < sample_count; ++i) {
+      double* sum = &sums[assignment[i] * dim];
+      const float* x = &sample[i * dim];
+      for (std::size_t t = 0; t < dim; ++t) sum[t] += x[t];
+      ++counts[assignment[i]];
+    }
+    for (std::size_t c = 0; c < nlist; ++c) {
+      if (counts[c] == 0) continue;
+      for (std::size_t t = 0; t < dim; ++t) {
+        index.centroids_[c * dim + t] = static_cast<float>(sums[c * dim + t] / double(counts[c]));
+      }
+    }
+    // Empty lists take a slightly moved copy of the largest list's centroid (as FAISS does), so
+    // the next assignment splits that list in two.
+    for (std::size_t c = 0; c < nlist; ++c) {
+      if (counts[c] != 0) continue;
+      std::size_t largest =
+          static_cast<std::size_t>(std::max_element(counts.begin(), counts.end()) - counts.begin());
+      for (std::size_t t = 0; t < dim; ++t) {
+        float value = index.centroids_[largest * dim + t];
+        float nudge = (t % 2 ? 1.0f : -1.0f) * 1e-3f * (std::fabs(value) + 1e-3f);
+        index.centroids_[c * dim + t] = value + nudge;
+        index.centroids_[largest * dim + t] = value - nudge;
+      }
+      counts[c] = counts[largest] / 2;
+      counts[largest] -= counts[c];
+    }
+  }
+  // Assign every row to its list, then regroup the vectors list by list.
+  RowBlock centroid_block{index.centroids_.data(), index.centroid_norms_.data(), nlist, 0, nullptr};
+  std::vector<std::uint32_t> list_of(total);
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    auto nearest = exact_scan({&centroid_block, 1}, dim, Metric::kL2, blocks[b].vectors,
+                              blocks[b].rows, 1, nullptr, threads);
+    for (std::size_t r = 0; r < blocks[b].rows; ++r) {
+      list_of[block_starts[b] + r] = static_cast<std::uint32_t>(nearest[r].items()[0].position);
+    }
+  }
+  index.list_offsets_.assign(nlist + 1, 0);
+  for (auto list : list_of) ++index.list_offsets_[list + 1];
+  std::partial_sum(index.list_offsets_.begin(), index.list_offsets_.end(),
+                   index.list_offsets_.begin());
+  std::vector<std::size_t> fill(index.list_offsets_.begin(), index.list_offsets_.end() - 1);
+  index.list_vectors_.resize(total * dim);
+  index.list_norms_.resize(total);
+  index.list_positions_.resize(total);
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    for (std::size_t r = 0; r < blocks[b].rows; ++r) {
+      std::size_t slot = fill[list_of[block_starts[b] + r]]++;
+      std::memcpy(&index.list_vectors_[slot * dim], blocks[b].vectors + r * dim,
+                  dim * sizeof(float));
+      index.list_norms_[slot] = blocks[b].norms[r];
+      index.list_positions_[slot] = row_position(blocks[b], r);
+    }
+  }
+  index.train_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return index;
+}
+
+std::vector<TopK> IvfFlat::search(const float* queries, std::size_t query_count, std::size_t k,
+                                  std::size_t nprobe, const AllowMask* mask, int threads) const {
+  std::size_t lists = nlist();
+  nprobe = std::clamp<std::size_t>(nprobe, 1, lists);
+  RowBlock centroid_block{centroids_.data(), centroid_norms_.data(), lists, 0, nullptr};
+  auto probes = exact_scan({&centroid_block, 1}, dim_, Metric::kL2, queries, query_count, nprobe,
+                           nullptr, threads);
+  // Invert the probes: which queries visit each list. Queries sharing a list are scanned as one
+  // tile, so each list vector is read once per tile instead of once per query.
+  std::vector<std::vector<std::uint32_t>> visitors(lists);
+  std::size_t visited_rows = 0;
+  for (std::size_t q = 0; q < query_count; ++q) {
+    for (const auto& probe : probes[q].items()) {
+      visitors[probe.position].push_back(static_cast<std::uint32_t>(q));
+      visited_rows += list_offsets_[probe.position + 1] - list_offsets_[probe.position];
+    }
+  }
+  std::vector<std::uint32_t> active;
+  for (std::size_t l = 0; l < lists; ++l) {
+    if (!visitors[l].empty()) active.push_back(static_cast<std::uint32_t>(l));
+  }
+  std::vector<float> query_norms(query_count);
+  squared_norms(queries, query_count, dim_, query_norms.data());
+  int workers = double(visited_rows) * double(dim_) < 4e6 ? 1 : resolve_threads(threads);
+  workers = static_cast<int>(std::min<std::size_t>(std::max<std::size_t>(active.size(), 1),
+                                                   static_cast<std::size_t>(workers)));
+  std::vector<std::vector<TopK>> per_worker(static_cast<std::size_t>(workers),
+                                            std::vector<TopK>(query_count, TopK(k)));
+  struct Scratch {
+    std::vector<float> gathered, norms, dots;
+    std::vector<TopK> topk;
+  };
+  std::vector<Scratch> scratch(static_cast<std::size_t>(workers));
+  parallel_for(active.size(), workers, [&](std::size_t task, int worker) {
+    std::size_t list = active[task];
+    const auto& queries_here = visitors[list];
+    Scratch& s = scratch[worker];
+    RowBlock block{list_vectors_.data() + list_offsets_[list] * dim_,
+                   list_norms_.data() + list_offsets_[list],
+                   list_offsets_[list + 1] - list_offsets_[list], 0,
+                   list_positions_.data() + list_offsets_[list]};
+    for (std::size_t t0 = 0; t0 < queries_here.size(); t0 += kQueryTile) {
+      std::size_t tile = std::min(kQueryTile, queries_here.size() - t0);
+      s.gathered.resize(tile * dim_);
+      s.norms.resize(tile);
+      s.topk.assign(tile, TopK(0));
+      for (std::size_t i = 0; i < tile; ++i) {
+        std::uint32_t q = queries_here[t0 + i];
+        std::memcpy(&s.gathered[i * dim_], queries + q * dim_, dim_ * sizeof(float));
+        s.norms[i] = query_norms[q];
+        s.topk[i] = std::move(per_worker[worker][q]);
+      }
+      scan_rows(block, 0, block.rows, dim_, metric_, s.gathered.data(), s.norms.data(), 0, tile,
+                mask, s.topk, s.dots);
+      for (std::size_t i = 0; i < tile; ++i) {
+        per_worker[worker][queries_here[t0 + i]] = std::move(s.topk[i]);
+      }
+    }
+  });
+  for (std::size_t w = 1; w < per_worker.size(); ++w) {
+    for (std::size_t q = 0; q < query_count; ++q) per_worker[0][q].merge(per_worker[w][q]);
+  }
+  return std::move(per_worker[0]);
+}
+
+}  // namespace gpuopt::vector::detail

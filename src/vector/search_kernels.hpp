@@ -1,0 +1,120 @@
+// CPU search building blocks: SIMD dot-product tiles, per-query top-k, a small parallel loop, and
+// exact and IVF-Flat scans over row blocks addressed by global position.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "gpuopt/core/status.hpp"
+#include "gpuopt/vector/types.hpp"
+
+namespace gpuopt::vector::detail {
+
+// dots[i * row_count + j] = <queries[i], rows[j]>; queries [query_count, dim], rows [row_count,
+// dim].
+void dot_tile(const float* queries, std::size_t query_count, const float* rows,
+              std::size_t row_count, std::size_t dim, float* dots);
+float dot(const float* a, const float* b, std::size_t dim);
+void squared_norms(const float* rows, std::size_t row_count, std::size_t dim, float* norms);
+
+// Distance from a dot product and the two squared norms (see Metric for the conventions).
+inline float distance_from_dot(Metric metric, float dot_value, float query_norm, float row_norm) {
+  switch (metric) {
+    case Metric::kL2: {
+      float d = query_norm + row_norm - 2.0f * dot_value;
+      return d > 0 ? d : 0.0f;
+    }
+    case Metric::kInnerProduct:
+      return -dot_value;
+    case Metric::kCosine: {
+      float scale = query_norm * row_norm;
+      return scale > 0 ? 1.0f - dot_value / __builtin_sqrtf(scale) : 1.0f;
+    }
+  }
+  return 0;
+}
+// Reference distance computed directly (the test oracle and the re-ranking step).
+float direct_distance(Metric metric, const float* a, const float* b, std::size_t dim);
+
+// The k closest (position, distance) pairs seen so far, kept sorted ascending by distance.
+class TopK {
+ public:
+  explicit TopK(std::size_t k) : k_(k) { items_.reserve(k + 1); }
+  float threshold() const { return items_.size() < k_ ? __builtin_inff() : items_.back().distance; }
+  void push(float distance, std::uint64_t position) {
+    if (k_ == 0 || distance >= threshold()) return;
+    Item item{distance, position};
+    auto it = items_.end();
+    while (it != items_.begin() && (it - 1)->distance > distance) --it;
+    items_.insert(it, item);
+    if (items_.size() > k_) items_.pop_back();
+  }
+  struct Item {
+    float distance;
+    std::uint64_t position;
+  };
+  const std::vector<Item>& items() const { return items_; }
+  void merge(const TopK& other) {
+    for (const auto& item : other.items_) push(item.distance, item.position);
+  }
+
+ private:
+  std::size_t k_;
+  std::vector<Item> items_;
+};
+
+// Runs body(task, worker) for task in [0, tasks) on up to `threads` threads (0 = all cores).
+void parallel_for(std::size_t tasks, int threads,
+                  const std::function<void(std::size_t, int)>& body);
+int resolve_threads(int threads);
+
+// A contiguous run of rows: a segment, or one IVF list.
+struct RowBlock {
+  const float* vectors = nullptr;  // [rows, dim]
+  const float* norms = nullptr;    // [rows] squared L2 norms
+  std::size_t rows = 0;
+  std::uint64_t first_position = 0;          // global position of row 0
+  const std::uint64_t* positions = nullptr;  // per-row positions instead (IVF lists), or null
+};
+
+// Bit i set = global position i may be returned (deletes and filters cleared). Null = all.
+using AllowMask = std::vector<std::uint64_t>;
+inline bool allowed(const AllowMask* mask, std::uint64_t position) {
+  return mask == nullptr || ((*mask)[position >> 6] >> (position & 63)) & 1u;
+}
+
+// Exact top-k of every query over every block: fused dot tiles + distance + top-k, never holding
+// more than a [query tile, row tile] block of distances. results[q] holds positions.
+std::vector<TopK> exact_scan(std::span<const RowBlock> blocks, std::size_t dim, Metric metric,
+                             const float* queries, std::size_t query_count, std::size_t k,
+                             const AllowMask* mask, int threads);
+
+// IVF-Flat: k-means centroids plus vectors regrouped by list.
+class IvfFlat {
+ public:
+  // Trains on (a sample of) the blocks and assigns every row. `total_rows` = sum of block rows.
+  static StatusOr<IvfFlat> build(std::span<const RowBlock> blocks, std::size_t dim, Metric metric,
+                                 const IvfParams& params, int threads);
+  // Probes the `nprobe` nearest lists of each query; queries sharing a list are scanned together.
+  std::vector<TopK> search(const float* queries, std::size_t query_count, std::size_t k,
+                           std::size_t nprobe, const AllowMask* mask, int threads) const;
+  std::size_t nlist() const { return list_offsets_.empty() ? 0 : list_offsets_.size() - 1; }
+  std::size_t rows() const { return list_positions_.size(); }
+  double train_seconds() const { return train_seconds_; }
+
+ private:
+  std::size_t dim_ = 0;
+  Metric metric_ = Metric::kL2;
+  std::vector<float> centroids_;               // [nlist, dim]
+  std::vector<float> centroid_norms_;          // [nlist]
+  std::vector<std::size_t> list_offsets_;      // [nlist + 1] into the arrays below
+  std::vector<float> list_vectors_;            // [rows, dim] grouped by list
+  std::vector<float> list_norms_;              // [rows]
+  std::vector<std::uint64_t> list_positions_;  // [rows] global positions
+  double train_seconds_ = 0;
+};
+
+}  // namespace gpuopt::vector::detail

@@ -1,0 +1,638 @@
+// The vector store: SQLite catalogue (collections, segments, ids + metadata, tombstones) in WAL
+// mode with synchronous=FULL, segment files opened by mmap, and exact / IVF-Flat search over them.
+#include "gpuopt/vector/store.hpp"
+
+#include <fmt/format.h>
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <unordered_set>
+
+#include "gpuopt/vector/filter.hpp"
+#include "search_kernels.hpp"
+#include "segment.hpp"
+
+namespace gpuopt::vector {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kCatalogueFile = "store.sqlite";
+constexpr const char* kSegmentDirectory = "segments";
+
+// A prepared statement that finalizes itself.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &statement_, nullptr) != SQLITE_OK) statement_ = nullptr;
+  }
+  ~Statement() { sqlite3_finalize(statement_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  bool ok() const { return statement_ != nullptr; }
+  Statement& bind(int index, std::int64_t value) {
+    sqlite3_bind_int64(statement_, index, value);
+    return *this;
+  }
+  Statement& bind(int index, const std::string& value) {
+    sqlite3_bind_text(statement_, index, value.data(), static_cast<int>(value.size()),
+                      SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& bind_null(int index) {
+    sqlite3_bind_null(statement_, index);
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int step() { return sqlite3_step(statement_); }
+  void reset() {
+    sqlite3_reset(statement_);
+    sqlite3_clear_bindings(statement_);
+  }
+  std::int64_t integer(int column) const { return sqlite3_column_int64(statement_, column); }
+  std::string text(int column) const {
+    const unsigned char* p = sqlite3_column_text(statement_, column);
+    return p == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(p));
+  }
+  bool is_null(int column) const { return sqlite3_column_type(statement_, column) == SQLITE_NULL; }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* statement_ = nullptr;
+};
+
+Status sqlite_error(sqlite3* db, const std::string& what) {
+  int code = sqlite3_errcode(db);
+  std::string message = fmt::format("{}: {} (sqlite code {})", what, sqlite3_errmsg(db), code);
+  switch (code & 0xFF) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return unavailable(message);
+    case SQLITE_FULL:
+      return resource_exhausted(message);
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return data_loss(message);
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+      return permission_denied(message);
+    default:
+      return internal_error(message);
+  }
+}
+
+Status exec(sqlite3* db, const char* sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error != nullptr ? error : "unknown error";
+    sqlite3_free(error);
+    return sqlite_error(db, fmt::format("sqlite \"{}\": {}", sql, message));
+  }
+  return ok_status();
+}
+
+std::int64_t as_sql(std::uint64_t id) { return static_cast<std::int64_t>(id); }
+std::uint64_t from_sql(std::int64_t id) { return static_cast<std::uint64_t>(id); }
+
+}  // namespace
+
+struct Collection::State {
+  sqlite3* db = nullptr;  // owned by the Store
+  fs::path segment_directory;
+  bool verify_on_first_use = true;
+  std::string name;
+  CollectionConfig config;
+  std::uint64_t next_sequence = 0;
+  std::vector<std::unique_ptr<detail::Segment>> segments;
+  std::vector<std::uint64_t> segment_first_position;  // global position of each segment's row 0
+  std::uint64_t total_rows = 0;
+  std::vector<std::uint64_t> dead;  // bit per global position
+  std::size_t dead_count = 0;
+  // Caches dropped on every write.
+  std::optional<detail::IvfFlat> ivf;
+  IvfParams ivf_params;
+  std::optional<std::vector<Metadata>> metadata_by_position;
+
+  void mark_dead(std::uint64_t position) {
+    if (dead.size() <= position / 64) dead.resize(position / 64 + 1, 0);
+    std::uint64_t bit = std::uint64_t{1} << (position & 63);
+    if (!(dead[position / 64] & bit)) {
+      dead[position / 64] |= bit;
+      ++dead_count;
+    }
+  }
+  std::optional<std::size_t> segment_index(std::uint64_t sequence) const {
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      if (segments[i]->info().sequence == sequence) return i;
+    }
+    return std::nullopt;
+  }
+  Status add_segment(const detail::SegmentInfo& info) {
+    GPUOPT_ASSIGN_OR_RETURN(auto segment,
+                            detail::Segment::open(segment_directory / info.file, info));
+    segment_first_position.push_back(total_rows);
+    total_rows += info.rows;
+    segments.push_back(std::move(segment));
+    return ok_status();
+  }
+  void invalidate() {
+    ivf.reset();
+    metadata_by_position.reset();
+  }
+};
+
+Collection::Collection(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Collection::~Collection() = default;
+
+const std::string& Collection::name() const { return state_->name; }
+std::size_t Collection::dim() const { return state_->config.dim; }
+Metric Collection::metric() const { return state_->config.metric; }
+std::size_t Collection::size() const { return state_->total_rows - state_->dead_count; }
+
+Status Collection::add(std::span<const std::uint64_t> ids, const float* vectors,
+                       std::span<const Metadata> metadata) {
+  return write_batch(ids, vectors, metadata, /*replace=*/false);
+}
+
+Status Collection::upsert(std::span<const std::uint64_t> ids, const float* vectors,
+                          std::span<const Metadata> metadata) {
+  return write_batch(ids, vectors, metadata, /*replace=*/true);
+}
+
+Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* vectors,
+                               std::span<const Metadata> metadata, bool replace) {
+  State& s = *state_;
+  const std::size_t rows = ids.size();
+  const std::size_t dim = s.config.dim;
+  if (rows == 0) return ok_status();
+  if (vectors == nullptr) return invalid_argument("add: vectors is null");
+  if (!metadata.empty() && metadata.size() != rows) {
+    return invalid_argument(fmt::format(
+        "add: {} metadata entries for {} ids (give none or one per id)", metadata.size(), rows));
+  }
+  for (std::size_t i = 0; i < rows * dim; ++i) {
+    if (!std::isfinite(vectors[i])) {
+      return invalid_argument(fmt::format("add: vector {} (id {}) has a non-finite value at {}",
+                                          i / dim, ids[i / dim], i % dim));
+    }
+  }
+  {
+    std::unordered_set<std::uint64_t> seen;
+    for (auto id : ids) {
+      if (!seen.insert(id).second) {
+        return invalid_argument(fmt::format("add: id {} appears twice in one batch", id));
+      }
+    }
+  }
+  sqlite3* db = s.db;
+  GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
+  fs::path segment_path;
+  bool file_written = false;
+  auto fail = [&](Status status) {
+    Status rollback = exec(db, "ROLLBACK");
+    (void)rollback;
+    if (file_written) {
+      std::error_code ignored;
+      fs::remove(segment_path, ignored);
+    }
+    return status;
+  };
+  // Re-read the sequence inside the transaction: another writer may have committed since open.
+  Statement sequence(db, "SELECT next_segment FROM collections WHERE name = ?");
+  if (!sequence.ok()) return fail(sqlite_error(db, "prepare"));
+  sequence.bind(1, s.name);
+  if (sequence.step() != SQLITE_ROW) {
+    return fail(not_found(fmt::format("collection \"{}\" vanished from the catalogue", s.name)));
+  }
+  std::uint64_t seq = static_cast<std::uint64_t>(sequence.integer(0));
+  if (seq != s.next_sequence) {
+    return fail(failed_precondition(
+        fmt::format("collection \"{}\" was changed by another writer; reopen the store", s.name)));
+  }
+  // Ids already present: an error for add, tombstones for upsert.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> superseded;  // (sequence, row)
+  Statement lookup(db, "SELECT segment, row FROM items WHERE collection = ? AND id = ?");
+  if (!lookup.ok()) return fail(sqlite_error(db, "prepare"));
+  for (auto id : ids) {
+    lookup.reset();
+    lookup.bind(1, s.name).bind(2, as_sql(id));
+    if (lookup.step() == SQLITE_ROW) {
+      if (!replace) {
+        return fail(Status(StatusCode::kAlreadyExists,
+                           fmt::format("add: id {} already exists (use upsert)", id)));
+      }
+      superseded.emplace_back(lookup.integer(0), lookup.integer(1));
+    }
+  }
+  std::string file = fmt::format("{}-{:08d}.seg", s.name, seq);
+  segment_path = s.segment_directory / file;
+  file_written = true;
+  auto written = detail::write_segment(segment_path, seq, dim, vectors, ids.data(), rows);
+  if (!written.ok()) return fail(written.status());
+  const detail::SegmentInfo& info = *written;
+
+  Statement insert_segment(
+      db, "INSERT INTO segments(collection, sequence, file, rows, bytes, crc) VALUES(?,?,?,?,?,?)");
+  Statement upsert_item(
+      db, "INSERT OR REPLACE INTO items(collection, id, segment, row, meta) VALUES(?,?,?,?,?)");
+  Statement insert_dead(db, "INSERT OR IGNORE INTO dead(collection, segment, row) VALUES(?,?,?)");
+  Statement bump(db, "UPDATE collections SET next_segment = ? WHERE name = ?");
+  if (!insert_segment.ok() || !upsert_item.ok() || !insert_dead.ok() || !bump.ok()) {
+    return fail(sqlite_error(db, "prepare"));
+  }
+  insert_segment.bind(1, s.name)
+      .bind(2, static_cast<std::int64_t>(seq))
+      .bind(3, file)
+      .bind(4, static_cast<std::int64_t>(rows))
+      .bind(5, static_cast<std::int64_t>(info.bytes))
+      .bind(6, static_cast<std::int64_t>(info.data_crc));
+  if (insert_segment.step() != SQLITE_DONE) return fail(sqlite_error(db, "insert segment"));
+  for (std::size_t i = 0; i < rows; ++i) {
+    upsert_item.reset();
+    upsert_item.bind(1, s.name)
+        .bind(2, as_sql(ids[i]))
+        .bind(3, static_cast<std::int64_t>(seq))
+        .bind(4, static_cast<std::int64_t>(i));
+    if (metadata.empty() || metadata[i].empty()) {
+      upsert_item.bind_null(5);
+    } else {
+      upsert_item.bind(5, metadata_to_json(metadata[i]));
+    }
+    if (upsert_item.step() != SQLITE_DONE) return fail(sqlite_error(db, "insert item"));
+  }
+  for (const auto& [old_sequence, old_row] : superseded) {
+    insert_dead.reset();
+    insert_dead.bind(1, s.name)
+        .bind(2, static_cast<std::int64_t>(old_sequence))
+        .bind(3, static_cast<std::int64_t>(old_row));
+    if (insert_dead.step() != SQLITE_DONE) return fail(sqlite_error(db, "insert tombstone"));
+  }
+  bump.bind(1, static_cast<std::int64_t>(seq + 1)).bind(2, s.name);
+  if (bump.step() != SQLITE_DONE) return fail(sqlite_error(db, "update sequence"));
+  if (sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return fail(sqlite_error(db, "commit"));
+  }
+  // Committed: acknowledged from here on. Mirror it in memory.
+  s.next_sequence = seq + 1;
+  s.invalidate();
+  for (const auto& [old_sequence, old_row] : superseded) {
+    if (auto index = s.segment_index(old_sequence)) {
+      s.mark_dead(s.segment_first_position[*index] + old_row);
+    }
+  }
+  return s.add_segment(info);
+}
+
+StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids) {
+  State& s = *state_;
+  sqlite3* db = s.db;
+  GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
+  auto fail = [&](Status status) {
+    Status rollback = exec(db, "ROLLBACK");
+    (void)rollback;
+    return status;
+  };
+  Statement lookup(db, "SELECT segment, row FROM items WHERE collection = ? AND id = ?");
+  Statement erase(db, "DELETE FROM items WHERE collection = ? AND id = ?");
+  Statement insert_dead(db, "INSERT OR IGNORE INTO dead(collection, segment, row) VALUES(?,?,?)");
+  if (!lookup.ok() || !erase.ok() || !insert_dead.ok()) return fail(sqlite_error(db, "prepare"));
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> removed;
+  for (auto id : ids) {
+    lookup.reset();
+    lookup.bind(1, s.name).bind(2, as_sql(id));
+    if (lookup.step() != SQLITE_ROW) continue;
+    std::uint64_t sequence = static_cast<std::uint64_t>(lookup.integer(0));
+    std::uint64_t row = static_cast<std::uint64_t>(lookup.integer(1));
+    erase.reset();
+    erase.bind(1, s.name).bind(2, as_sql(id));
+    insert_dead.reset();
+    insert_dead.bind(1, s.name)
+        .bind(2, static_cast<std::int64_t>(sequence))
+        .bind(3, static_cast<std::int64_t>(row));
+    if (erase.step() != SQLITE_DONE || insert_dead.step() != SQLITE_DONE) {
+      return fail(sqlite_error(db, "delete"));
+    }
+    removed.emplace_back(sequence, row);
+  }
+  if (sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return fail(sqlite_error(db, "commit"));
+  }
+  if (!removed.empty()) s.invalidate();
+  for (const auto& [sequence, row] : removed) {
+    if (auto index = s.segment_index(sequence)) {
+      s.mark_dead(s.segment_first_position[*index] + row);
+    }
+  }
+  return removed.size();
+}
+
+StatusOr<Record> Collection::get(std::uint64_t id) const {
+  const State& s = *state_;
+  Statement lookup(s.db, "SELECT segment, row, meta FROM items WHERE collection = ? AND id = ?");
+  if (!lookup.ok()) return sqlite_error(s.db, "prepare");
+  lookup.bind(1, s.name).bind(2, as_sql(id));
+  int rc = lookup.step();
+  if (rc == SQLITE_DONE) {
+    return not_found(fmt::format("id {} is not in collection \"{}\"", id, s.name));
+  }
+  if (rc != SQLITE_ROW) return sqlite_error(s.db, "get");
+  auto index = s.segment_index(static_cast<std::uint64_t>(lookup.integer(0)));
+  std::size_t row = static_cast<std::size_t>(lookup.integer(1));
+  if (!index || row >= s.segments[*index]->info().rows) {
+    return data_loss(
+        fmt::format("id {}: the catalogue points at segment {} row {}, which this "
+                    "store does not have",
+                    id, lookup.integer(0), row));
+  }
+  const auto& segment = *s.segments[*index];
+  Record record;
+  record.id = id;
+  const float* v = segment.vectors() + row * s.config.dim;
+  record.vector.assign(v, v + s.config.dim);
+  if (!lookup.is_null(2)) {
+    GPUOPT_ASSIGN_OR_RETURN(record.metadata, parse_metadata(lookup.text(2)));
+  }
+  return record;
+}
+
+StatusOr<std::vector<RowSpan>> Collection::rows(const std::string& where_json,
+                                                std::vector<std::uint64_t>* live_mask) {
+  State& s = *state_;
+  std::vector<RowSpan> spans;
+  for (auto& segment : s.segments) {
+    if (s.verify_on_first_use) GPUOPT_RETURN_IF_ERROR(segment->verify());
+    spans.push_back({segment->vectors(), segment->norms(), segment->ids(), segment->info().rows});
+  }
+  if (live_mask != nullptr) {
+    GPUOPT_ASSIGN_OR_RETURN(Filter filter, Filter::parse(where_json));
+    live_mask->assign((s.total_rows + 63) / 64, ~std::uint64_t{0});
+    for (std::size_t w = 0; w < s.dead.size() && w < live_mask->size(); ++w) {
+      (*live_mask)[w] &= ~s.dead[w];
+    }
+    if (!filter.empty()) {
+      if (!s.metadata_by_position) {
+        std::vector<Metadata> by_position(s.total_rows);
+        Statement all(s.db,
+                      "SELECT segment, row, meta FROM items WHERE collection = ? AND meta "
+                      "IS NOT NULL");
+        if (!all.ok()) return sqlite_error(s.db, "prepare");
+        all.bind(1, s.name);
+        int rc;
+        while ((rc = all.step()) == SQLITE_ROW) {
+          auto index = s.segment_index(static_cast<std::uint64_t>(all.integer(0)));
+          if (!index) continue;
+          GPUOPT_ASSIGN_OR_RETURN(Metadata metadata, parse_metadata(all.text(2)));
+          by_position[s.segment_first_position[*index] + all.integer(1)] = std::move(metadata);
+        }
+        if (rc != SQLITE_DONE) return sqlite_error(s.db, "read metadata");
+        s.metadata_by_position = std::move(by_position);
+      }
+      for (std::uint64_t p = 0; p < s.total_rows; ++p) {
+        if (!filter.matches((*s.metadata_by_position)[p])) {
+          (*live_mask)[p / 64] &= ~(std::uint64_t{1} << (p & 63));
+        }
+      }
+    }
+    // Padding bits past the last row stay clear so nothing can select them.
+    if (s.total_rows % 64 != 0 && !live_mask->empty()) {
+      live_mask->back() &= (std::uint64_t{1} << (s.total_rows % 64)) - 1;
+    }
+  }
+  return spans;
+}
+
+StatusOr<double> Collection::build_ivf(const IvfParams& params, int threads) {
+  State& s = *state_;
+  GPUOPT_ASSIGN_OR_RETURN(auto spans, rows("", nullptr));
+  std::vector<detail::RowBlock> blocks;
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    blocks.push_back(
+        {spans[i].vectors, spans[i].norms, spans[i].rows, s.segment_first_position[i], nullptr});
+  }
+  GPUOPT_ASSIGN_OR_RETURN(
+      auto index, detail::IvfFlat::build(blocks, s.config.dim, s.config.metric, params, threads));
+  double seconds = index.train_seconds();
+  s.ivf = std::move(index);
+  s.ivf_params = params;
+  return seconds;
+}
+
+StatusOr<SearchResults> Collection::query(const float* queries, std::size_t query_count,
+                                          const QueryOptions& options) {
+  State& s = *state_;
+  if (options.k == 0) return invalid_argument("query: k must be at least 1");
+  if (query_count > 0 && queries == nullptr) return invalid_argument("query: queries is null");
+  std::vector<std::uint64_t> mask;
+  GPUOPT_ASSIGN_OR_RETURN(auto spans, rows(options.where_json, &mask));
+  bool everything_live = s.dead_count == 0 && options.where_json.empty();
+  const detail::AllowMask* allow = everything_live ? nullptr : &mask;
+  std::vector<detail::TopK> found;
+  if (options.index == IndexKind::kIvf) {
+    if (!s.ivf) GPUOPT_RETURN_IF_ERROR(build_ivf(options.ivf, options.threads).status());
+    found = s.ivf->search(queries, query_count, options.k, options.nprobe, allow, options.threads);
+  } else {
+    std::vector<detail::RowBlock> blocks;
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      blocks.push_back(
+          {spans[i].vectors, spans[i].norms, spans[i].rows, s.segment_first_position[i], nullptr});
+    }
+    found = detail::exact_scan(blocks, s.config.dim, s.config.metric, queries, query_count,
+                               options.k, allow, options.threads);
+  }
+  SearchResults results(query_count);
+  for (std::size_t q = 0; q < query_count; ++q) {
+    for (const auto& item : found[q].items()) {
+      std::size_t index =
+          static_cast<std::size_t>(std::upper_bound(s.segment_first_position.begin(),
+                                                    s.segment_first_position.end(), item.position) -
+                                   s.segment_first_position.begin() - 1);
+      std::uint64_t row = item.position - s.segment_first_position[index];
+      results[q].push_back({s.segments[index]->ids()[row], item.distance});
+    }
+  }
+  return results;
+}
+
+Status Collection::verify() {
+  for (auto& segment : state_->segments) GPUOPT_RETURN_IF_ERROR(segment->verify());
+  return ok_status();
+}
+
+CollectionStats Collection::stats() const {
+  const State& s = *state_;
+  CollectionStats stats;
+  stats.name = s.name;
+  stats.dim = s.config.dim;
+  stats.metric = s.config.metric;
+  stats.live = size();
+  stats.deleted = s.dead_count;
+  for (const auto& segment : s.segments) {
+    const auto& info = segment->info();
+    stats.segments.push_back(
+        {info.sequence, info.file, info.rows, info.bytes, segment->verified()});
+    stats.segment_bytes += info.bytes;
+  }
+  return stats;
+}
+
+struct Store::State {
+  fs::path directory;
+  OpenOptions options;
+  sqlite3* db = nullptr;
+  std::vector<std::unique_ptr<Collection>> collections;
+  ~State() {
+    collections.clear();
+    if (db != nullptr) sqlite3_close(db);
+  }
+
+  Status load_collection(const std::string& name, std::size_t dim, Metric metric,
+                         std::uint64_t next_sequence) {
+    auto state = std::make_unique<Collection::State>();
+    state->db = db;
+    state->segment_directory = directory / kSegmentDirectory;
+    state->verify_on_first_use = options.verify_on_first_use;
+    state->name = name;
+    state->config = {dim, metric};
+    state->next_sequence = next_sequence;
+    Statement segments(db,
+                       "SELECT sequence, file, rows, bytes, crc FROM segments WHERE "
+                       "collection = ? ORDER BY sequence");
+    if (!segments.ok()) return sqlite_error(db, "prepare");
+    segments.bind(1, name);
+    int rc;
+    while ((rc = segments.step()) == SQLITE_ROW) {
+      detail::SegmentInfo info;
+      info.sequence = static_cast<std::uint64_t>(segments.integer(0));
+      info.file = segments.text(1);
+      info.rows = static_cast<std::size_t>(segments.integer(2));
+      info.dim = dim;
+      info.bytes = static_cast<std::uint64_t>(segments.integer(3));
+      info.data_crc = static_cast<std::uint32_t>(segments.integer(4));
+      if (info.file.find('/') != std::string::npos) {
+        return data_loss(fmt::format("{}: catalogue names segment file \"{}\" outside segments/",
+                                     (directory / kCatalogueFile).string(), info.file));
+      }
+      GPUOPT_RETURN_IF_ERROR(state->add_segment(info));
+    }
+    if (rc != SQLITE_DONE) return sqlite_error(db, "read segments");
+    Statement dead(db, "SELECT segment, row FROM dead WHERE collection = ?");
+    if (!dead.ok()) return sqlite_error(db, "prepare");
+    dead.bind(1, name);
+    while ((rc = dead.step()) == SQLITE_ROW) {
+      auto index = state->segment_index(static_cast<std::uint64_t>(dead.integer(0)));
+      if (index) state->mark_dead(state->segment_first_position[*index] + dead.integer(1));
+    }
+    if (rc != SQLITE_DONE) return sqlite_error(db, "read tombstones");
+    collections.push_back(std::unique_ptr<Collection>(new Collection(std::move(state))));
+    return ok_status();
+  }
+};
+
+Store::Store(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Store::~Store() = default;
+
+StatusOr<std::unique_ptr<Store>> Store::open(const fs::path& directory,
+                                             const OpenOptions& options) {
+  std::error_code error;
+  fs::path catalogue = directory / kCatalogueFile;
+  if (!fs::exists(catalogue, error)) {
+    if (!options.create) {
+      return not_found(fmt::format("{}: no vector store here ({} is missing)", directory.string(),
+                                   kCatalogueFile));
+    }
+    fs::create_directories(directory / kSegmentDirectory, error);
+    if (error) {
+      return unavailable(
+          fmt::format("{}: cannot create the store: {}", directory.string(), error.message()));
+    }
+  }
+  auto state = std::make_unique<State>();
+  state->directory = directory;
+  state->options = options;
+  int flags =
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (options.create ? SQLITE_OPEN_CREATE : 0);
+  if (sqlite3_open_v2(catalogue.c_str(), &state->db, flags, nullptr) != SQLITE_OK) {
+    return sqlite_error(state->db, fmt::format("{}: cannot open", catalogue.string()));
+  }
+  sqlite3* db = state->db;
+  sqlite3_busy_timeout(db, 5000);
+  auto context = catalogue.string();
+  GPUOPT_RETURN_IF_ERROR(exec(db, "PRAGMA journal_mode=WAL").with_context(context));
+  GPUOPT_RETURN_IF_ERROR(exec(db, "PRAGMA synchronous=FULL").with_context(context));
+  GPUOPT_RETURN_IF_ERROR(exec(db,
+                              "CREATE TABLE IF NOT EXISTS collections(name TEXT PRIMARY KEY, "
+                              "dim INTEGER NOT NULL, metric TEXT NOT NULL, next_segment INTEGER "
+                              "NOT NULL);"
+                              "CREATE TABLE IF NOT EXISTS segments(collection TEXT, sequence "
+                              "INTEGER, file TEXT NOT NULL, rows INTEGER NOT NULL, bytes INTEGER "
+                              "NOT NULL, crc INTEGER NOT NULL, PRIMARY KEY(collection, sequence));"
+                              "CREATE TABLE IF NOT EXISTS items(collection TEXT, id INTEGER, "
+                              "segment INTEGER NOT NULL, row INTEGER NOT NULL, meta TEXT, PRIMARY "
+                              "KEY(collection, id)) WITHOUT ROWID;"
+                              "CREATE TABLE IF NOT EXISTS dead(collection TEXT, segment INTEGER, "
+                              "row INTEGER, PRIMARY KEY(collection, segment, row)) WITHOUT ROWID;")
+                             .with_context(context));
+  fs::create_directories(directory / kSegmentDirectory, error);
+  Statement list(db, "SELECT name, dim, metric, next_segment FROM collections ORDER BY name");
+  if (!list.ok()) return sqlite_error(db, context);
+  int rc;
+  while ((rc = list.step()) == SQLITE_ROW) {
+    auto metric = parse_metric(list.text(2));
+    if (!metric.ok()) return data_loss(fmt::format("{}: {}", context, metric.status().message()));
+    std::int64_t dim = list.integer(1);
+    if (dim <= 0) return data_loss(fmt::format("{}: collection dimension {}", context, dim));
+    GPUOPT_RETURN_IF_ERROR(state->load_collection(list.text(0), static_cast<std::size_t>(dim),
+                                                  *metric,
+                                                  static_cast<std::uint64_t>(list.integer(3))));
+  }
+  if (rc != SQLITE_DONE) return sqlite_error(db, context);
+  return std::unique_ptr<Store>(new Store(std::move(state)));
+}
+
+StatusOr<Collection*> Store::create_collection(const std::string& name,
+                                               const CollectionConfig& config) {
+  if (name.empty() || name.size() > 64 ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+          std::string::npos) {
+    return invalid_argument(
+        fmt::format("collection name \"{}\": use 1-64 letters, digits, '_' or '-'", name));
+  }
+  if (config.dim == 0 || config.dim > 65536) {
+    return invalid_argument(fmt::format("collection dimension {}: must be 1..65536", config.dim));
+  }
+  if (collection(name).ok()) {
+    return Status(StatusCode::kAlreadyExists,
+                  fmt::format("collection \"{}\" already exists", name));
+  }
+  sqlite3* db = state_->db;
+  Statement insert(db, "INSERT INTO collections(name, dim, metric, next_segment) VALUES(?,?,?,0)");
+  if (!insert.ok()) return sqlite_error(db, "prepare");
+  insert.bind(1, name)
+      .bind(2, static_cast<std::int64_t>(config.dim))
+      .bind(3, std::string(metric_name(config.metric)));
+  if (insert.step() != SQLITE_DONE) return sqlite_error(db, "create collection");
+  GPUOPT_RETURN_IF_ERROR(state_->load_collection(name, config.dim, config.metric, 0));
+  return state_->collections.back().get();
+}
+
+StatusOr<Collection*> Store::collection(const std::string& name) {
+  for (auto& c : state_->collections) {
+    if (c->name() == name) return c.get();
+  }
+  return not_found(fmt::format("{}: no collection \"{}\"", state_->directory.string(), name));
+}
+
+std::vector<std::string> Store::collection_names() const {
+  std::vector<std::string> names;
+  for (const auto& c : state_->collections) names.push_back(c->name());
+  return names;
+}
+
+const fs::path& Store::directory() const { return state_->directory; }
+
+}  // namespace gpuopt::vector
