@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/runtime/partition.hpp"
 
 #if GPUOPT_CUDA
 #include <cuda_runtime_api.h>
@@ -81,6 +82,12 @@ StatusOr<Device> Device::open(int ordinal) {
 Status Device::make_current() const { return GPUOPT_CUDA_STATUS(cudaSetDevice(ordinal())); }
 
 StatusOr<Stream> Stream::create(const Device& device, int priority) {
+  if (partition_plan_active(device.ordinal())) {
+    return failed_precondition(
+        fmt::format("Stream::create: an SM PartitionPlan is active on device {}; take streams from "
+                    "plan.workload(name) so every workload runs inside its partition",
+                    device.ordinal()));
+  }
   GPUOPT_RETURN_IF_ERROR(device.make_current());
   const auto& p = device.properties();
   priority = std::clamp(priority, p.greatest_priority, p.least_priority);

@@ -1,0 +1,77 @@
+// On the GPU: a green-context plan gives the critical workload the SMs it asked for, its streams
+// run kernels and events across partitions, and no stream can be made outside the plan.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include "common/test_support.hpp"
+#include "gpuopt/runtime/partition.hpp"
+#include "gpuopt/runtime/stream.hpp"
+#include "gpuopt/runtime/work_kernels.hpp"
+
+namespace gpuopt::runtime {
+namespace {
+
+TEST(PartitionGpu, CriticalAndBackgroundPartitions) {
+  GPUOPT_REQUIRE_GPU();
+  auto device = Device::open(0);
+  ASSERT_TRUE(device.ok());
+  auto plan = PartitionPlan::create(*device, {{"critical", 8, Priority::kCritical, 1},
+                                              {"background", 0, Priority::kBackground, 2}});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  std::printf("plan: %s\n", (*plan)->describe().c_str());
+  if (!(*plan)->isolated()) {
+    GTEST_SKIP() << "no green contexts here: " << (*plan)->fallback_reason();
+  }
+  auto critical = *(*plan)->workload("critical");
+  auto background = *(*plan)->workload("background");
+  EXPECT_GE(critical->sm_count(), 8);
+  EXPECT_EQ(critical->sm_count() + background->sm_count(), device->sm_count());
+
+  // While the plan is active, streams only come from it.
+  EXPECT_EQ(Stream::create(*device).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(StreamPool::create(*device).status().code(), StatusCode::kFailedPrecondition);
+
+  // Work in both partitions completes, and an event from one orders work in the other.
+  unsigned long long* counter = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof(unsigned long long)),
+            cudaSuccess);
+  auto bg = static_cast<cudaStream_t>(background->stream(0));
+  auto crit = static_cast<cudaStream_t>(critical->stream(0));
+  ASSERT_EQ(cudaMemsetAsync(counter, 0, sizeof(unsigned long long), bg), cudaSuccess);
+  const int blocks = 3 * background->sm_count();
+  ASSERT_TRUE(launch_spin(background->stream(0), blocks, 256, 200'000, counter).ok());
+  auto done = Event::create();
+  ASSERT_TRUE(done.ok());
+  ASSERT_TRUE(done->record(background->stream(0)).ok());
+  ASSERT_EQ(cudaStreamWaitEvent(crit, static_cast<cudaEvent_t>(done->handle()), 0), cudaSuccess);
+  ASSERT_TRUE(launch_spin(critical->stream(0), 16, 128, 1000, counter).ok());
+  unsigned long long host = 0;
+  ASSERT_EQ(cudaMemcpyAsync(&host, counter, sizeof(host), cudaMemcpyDeviceToHost, crit),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(crit), cudaSuccess);
+  EXPECT_EQ(host, static_cast<unsigned long long>(blocks + 16));
+  cudaFree(counter);
+  plan->reset();  // ends the plan: its streams and green contexts go
+  auto stream = Stream::create(*device);
+  EXPECT_TRUE(stream.ok()) << "streams may be made again once the plan is gone";
+}
+
+TEST(PartitionGpu, DisabledGreenContextsFallBack) {
+  GPUOPT_REQUIRE_GPU();
+  setenv("GPUOPT_DISABLE_GREEN_CONTEXTS", "1", 1);
+  auto device = Device::open(0);
+  auto plan = PartitionPlan::create(*device, {{"critical", 8, Priority::kCritical, 1},
+                                              {"background", 0, Priority::kBackground, 1}});
+  unsetenv("GPUOPT_DISABLE_GREEN_CONTEXTS");
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_FALSE((*plan)->isolated());
+  EXPECT_NE((*plan)->fallback_reason().find("GPUOPT_DISABLE_GREEN_CONTEXTS"), std::string::npos);
+  int priority = 1;
+  auto critical = *(*plan)->workload("critical");
+  ASSERT_EQ(cudaStreamGetPriority(static_cast<cudaStream_t>(critical->stream(0)), &priority),
+            cudaSuccess);
+  EXPECT_EQ(priority, device->properties().greatest_priority);
+}
+
+}  // namespace
+}  // namespace gpuopt::runtime
