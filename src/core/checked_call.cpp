@@ -15,6 +15,8 @@ std::string_view gpu_api_name(GpuApi api) {
     case GpuApi::kCupti: return "CUPTI";
     case GpuApi::kVulkan: return "Vulkan";
     case GpuApi::kCufile: return "cuFile";
+    case GpuApi::kCublas: return "cuBLAS";
+    case GpuApi::kCudnn: return "cuDNN";
   }
   return "unknown API";
 }

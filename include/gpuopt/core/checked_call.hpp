@@ -9,7 +9,7 @@
 
 namespace gpuopt {
 
-enum class GpuApi { kCudaRuntime, kCudaDriver, kNvml, kCupti, kVulkan, kCufile };
+enum class GpuApi { kCudaRuntime, kCudaDriver, kNvml, kCupti, kVulkan, kCufile, kCublas, kCudnn };
 
 std::string_view gpu_api_name(GpuApi api);
 

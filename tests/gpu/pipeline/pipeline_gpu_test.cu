@@ -1,0 +1,156 @@
+// Pipeline kernels on the GPU against their CPU twins, on fresh random data, outputs poisoned.
+#include <cuda_fp16.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "common/test_support.hpp"
+#include "gpuopt/pipeline/convnet.hpp"
+#include "gpuopt/pipeline/preprocess.hpp"
+#include "gpuopt/runtime/stream.hpp"
+
+namespace gpuopt::pipeline {
+namespace {
+
+// fp16 values travel as their bit patterns: std::vector<__half> does not value-initialise in C++20.
+std::uint16_t to_bits(float value) {
+  __half h = __float2half_rn(value);
+  std::uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+float from_bits(std::uint16_t bits) {
+  __half h;
+  std::memcpy(&h, &bits, 2);
+  return __half2float(h);
+}
+
+std::vector<float> download_half(const std::uint16_t* device, std::size_t count) {
+  std::vector<std::uint16_t> host(count);
+  EXPECT_EQ(cudaMemcpy(host.data(), device, count * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<float> out(count);
+  for (std::size_t i = 0; i < count; ++i) out[i] = from_bits(host[i]);
+  return out;
+}
+
+TEST(PreprocessGpu, MatchesCpuTwinOnRandomFrames) {
+  GPUOPT_REQUIRE_GPU();
+  auto device = runtime::Device::open(0);
+  ASSERT_TRUE(device.ok()) << device.status().to_string();
+  auto stream = runtime::Stream::create(*device);
+  ASSERT_TRUE(stream.ok());
+  std::mt19937 generator(std::random_device{}());
+  for (auto [w, h, s] : {std::tuple{1920, 1080, 640}, {333, 517, 97}, {64, 64, 640}}) {
+    PreprocessParams params;
+    params.source_width = w;
+    params.source_height = h;
+    params.output_size = s;
+    std::vector<std::uint8_t> rgb(static_cast<std::size_t>(w) * h * 3);
+    for (auto& v : rgb) v = static_cast<std::uint8_t>(generator());
+    std::uint8_t* rgb_device = nullptr;
+    std::uint16_t* out_device = nullptr;
+    const std::size_t out_count = 3ull * s * s;
+    ASSERT_EQ(cudaMalloc(&rgb_device, rgb.size()), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&out_device, out_count * 2), cudaSuccess);
+    ASSERT_EQ(cudaMemset(out_device, 0xFF, out_count * 2), cudaSuccess);  // NaN poison
+    ASSERT_EQ(cudaMemcpy(rgb_device, rgb.data(), rgb.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_TRUE(preprocess(rgb_device, out_device, params, stream->handle()).ok());
+    ASSERT_TRUE(stream->synchronize().ok());
+    auto gpu = download_half(out_device, out_count);
+    auto cpu = preprocess_reference(rgb.data(), params);
+    double worst = 0;
+    for (std::size_t i = 0; i < out_count; ++i) {
+      ASSERT_TRUE(std::isfinite(gpu[i])) << "unwritten element " << i;
+      // fp16 rounding of values up to ~2.7: half an ulp is 2^-10 relative.
+      worst =
+          std::max(worst, std::fabs(gpu[i] - cpu[i]) / std::max(1.0, std::fabs(double(cpu[i]))));
+    }
+    EXPECT_LT(worst, 1.5e-3) << w << "x" << h << " -> " << s;
+    cudaFree(rgb_device);
+    cudaFree(out_device);
+  }
+}
+
+void check_layer(const ConvLayerSpec& layer, TensorShape shape, std::uint64_t seed) {
+  auto net = ConvNet::create("layer", shape, {layer}, seed);
+  ASSERT_TRUE(net.ok()) << net.status().to_string();
+  auto stream = runtime::Stream::create(*runtime::Device::open(0));
+  ASSERT_TRUE(stream.ok());
+  std::mt19937 generator(static_cast<unsigned>(seed));
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<std::uint16_t> input_half(shape.elements());
+  std::vector<float> input(shape.elements());
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    input_half[i] = to_bits(value(generator));
+    input[i] = from_bits(input_half[i]);  // the reference sees exactly what the GPU sees
+  }
+  std::uint16_t* input_device = nullptr;
+  ASSERT_EQ(cudaMalloc(&input_device, input.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(input_device, input_half.data(), input.size() * 2, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  auto output = (*net)->run(input_device, stream->handle());
+  ASSERT_TRUE(output.ok()) << output.status().to_string();
+  ASSERT_TRUE(stream->synchronize().ok());
+  auto gpu = download_half(*output, (*net)->output_shape().elements());
+  std::vector<float> weights, bias;
+  make_layer_weights(seed, 0, shape.c, layer, weights, bias);
+  for (auto& w : weights) w = from_bits(to_bits(w));
+  for (auto& b : bias) b = from_bits(to_bits(b));
+  auto cpu = conv_layer_reference(input, shape, layer, weights, bias);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(gpu[i]));
+    diff += (gpu[i] - cpu[i]) * double(gpu[i] - cpu[i]);
+    norm += cpu[i] * double(cpu[i]);
+  }
+  EXPECT_LT(std::sqrt(diff / std::max(norm, 1e-30)), 2e-3)
+      << (layer.kind == LayerKind::kConv ? "conv" : "transposed") << " k" << layer.kernel << " s"
+      << layer.stride;
+}
+
+TEST(ConvNetGpu, ConvLayersMatchCpuTwin) {
+  GPUOPT_REQUIRE_GPU();
+  check_layer({LayerKind::kConv, 16, 3, 2, true}, {1, 33, 40, 3}, 11);
+  check_layer({LayerKind::kConv, 32, 3, 1, true}, {2, 16, 16, 16}, 12);
+  check_layer({LayerKind::kConv, 24, 1, 1, false}, {1, 10, 10, 32}, 13);
+}
+
+TEST(ConvNetGpu, TransposedConvMatchesCpuTwin) {
+  GPUOPT_REQUIRE_GPU();
+  check_layer({LayerKind::kTransposedConv, 16, 3, 2, true}, {1, 8, 12, 32}, 21);
+}
+
+TEST(ConvNetGpu, FullNetworksRunAndStayFinite) {
+  GPUOPT_REQUIRE_GPU();
+  auto stream = runtime::Stream::create(*runtime::Device::open(0));
+  ASSERT_TRUE(stream.ok());
+  for (auto layers : {detector_layers(), segmenter_layers()}) {
+    auto net = ConvNet::create("net", {2, 640, 640, 3}, layers, 7);
+    ASSERT_TRUE(net.ok()) << net.status().to_string();
+    std::vector<std::uint16_t> input((*net)->input_shape().elements());
+    std::mt19937 generator(5);
+    std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+    for (auto& v : input) v = to_bits(value(generator));
+    std::uint16_t* input_device = nullptr;
+    ASSERT_EQ(cudaMalloc(&input_device, input.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(input_device, input.data(), input.size() * 2, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    auto output = (*net)->run(input_device, stream->handle());
+    ASSERT_TRUE(output.ok()) << output.status().to_string();
+    ASSERT_TRUE(stream->synchronize().ok());
+    auto out = download_half(*output, (*net)->output_shape().elements());
+    std::size_t nonzero = 0;
+    for (float v : out) {
+      ASSERT_TRUE(std::isfinite(v));
+      nonzero += v != 0.0f;
+    }
+    EXPECT_GT(nonzero, out.size() / 10);  // activations neither died nor exploded
+    cudaFree(input_device);
+  }
+}
+
+}  // namespace
+}  // namespace gpuopt::pipeline
