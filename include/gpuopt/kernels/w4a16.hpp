@@ -1,0 +1,162 @@
+// W4A16 GEMM: y[M,N] = x[M,K] @ dequant(w4)[K,N], fp16 or bf16 activations, fp32 accumulation.
+// The weights are repacked once into a tile layout in which each GPU thread's 16 bytes are exactly
+// its tensor-core B fragments (docs/w4a16-gemm.md); the CPU twin reads the same layout.
+// GPU API in the CUTLASS style: can_implement -> workspace_size -> initialize -> run(stream).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpuopt/core/status.hpp"
+#include "gpuopt/kernels/quant_formats.hpp"
+
+struct CUstream_st;  // cudaStream_t without including CUDA headers
+
+namespace gpuopt::kernels {
+
+using StreamHandle = CUstream_st*;
+
+enum class ActivationType { kFloat16, kBFloat16 };
+std::string_view activation_type_name(ActivationType type);
+
+// Tile geometry shared by the repacker, the CPU twin and the kernel.
+inline constexpr int kTileN = 64;       // columns in one strip
+inline constexpr int kTileK = 16;       // rows in one k16 tile
+inline constexpr int kTileBytes = 512;  // 64x16 nibbles; lane l owns bytes [16l, 16l+16)
+inline constexpr int kStageK = 64;      // rows per pipeline stage: K must be a multiple
+
+// The kernel-ready layer. tiles: for strip s = n/64 and k16 tile t, 128 words at
+// (s*(K/16) + t)*128; lane (g = lane/4, c = lane%4) owns words [4*lane, 4*lane+4), word i holding,
+// at nibble p, q[k][n] with j = 2i + (p%4)/2, k = 16t + 2c + 8*((p%4)%2) + p/4, n = 64s + 8j + g.
+// scales/zeros: [G][N/64][8 (g)][8 (j)] so one thread reads its 8 columns' values at once.
+struct W4A16Weights {
+  int k = 0;
+  int n = 0;
+  int group_size = 0;
+  ActivationType type = ActivationType::kFloat16;
+  bool has_zeros = false;
+  std::vector<std::uint32_t> tiles;
+  std::vector<std::uint16_t> scales;  // fp16 or bf16 bits, per `type`
+  std::vector<std::uint8_t> zeros;    // empty when !has_zeros (symmetric: zero 8)
+  std::vector<std::int32_t> perm;     // act-order: y = x[:, perm] @ w; empty = identity
+  int groups() const { return group_size > 0 ? k / group_size : 0; }
+};
+
+// Why a shape cannot run, or OK. Names the dimension, e.g. "N=1000 is not a multiple of 64".
+Status check_w4a16_shape(int k, int n, int group_size);
+
+// Builds the kernel layout (scales rounded to `type`). Refuses shapes check_w4a16_shape refuses.
+StatusOr<W4A16Weights> repack_for_kernel(const UnpackedLayer& layer, ActivationType type);
+// Reads the tile layout back (tests use it for the round trip).
+UnpackedLayer unpack_kernel_layout(const W4A16Weights& weights);
+
+// CPU twin of the GPU kernel: dequantises from the tile layout with the type's scales and
+// accumulates in float32. x: [M][K] fp16/bf16 bits in original column order; returns [M][N].
+std::vector<float> w4a16_reference(const W4A16Weights& weights, const std::uint16_t* x, int m);
+
+// ---- GPU ----
+
+// Device copy of W4A16Weights (owns its buffers).
+class W4A16DeviceWeights {
+ public:
+  static StatusOr<W4A16DeviceWeights> upload(const W4A16Weights& weights, StreamHandle stream);
+  W4A16DeviceWeights() = default;
+  W4A16DeviceWeights(W4A16DeviceWeights&& other) noexcept;
+  W4A16DeviceWeights& operator=(W4A16DeviceWeights&& other) noexcept;
+  W4A16DeviceWeights(const W4A16DeviceWeights&) = delete;
+  W4A16DeviceWeights& operator=(const W4A16DeviceWeights&) = delete;
+  ~W4A16DeviceWeights();
+
+  int k = 0, n = 0, group_size = 0;
+  ActivationType type = ActivationType::kFloat16;
+  bool has_zeros = false;
+  const void* tiles = nullptr;   // device
+  const void* scales = nullptr;  // device
+  const void* zeros = nullptr;   // device, or null
+  const void* perm = nullptr;    // device int32 [K], or null
+  std::size_t compressed_bytes() const;
+
+ private:
+  void release();
+  bool owns_ = false;
+};
+
+enum class W4A16Path { kTensorCore, kDequantCublas };
+
+// What run() will do; chosen in initialize() from (M, N, K, SM count, occupancy).
+struct W4A16Config {
+  W4A16Path path = W4A16Path::kTensorCore;
+  int m_tiles = 1;    // 16-row mma tiles per block (1, 2 or 4)
+  int block_n = 256;  // columns per block tile
+  int threads = 256;
+  int stages = 4;
+  int blocks = 0;         // stream-K grid
+  int blocks_per_sm = 0;  // occupancy
+  int tiles = 0;          // output tiles
+  int iterations = 0;     // k-stages in total over all tiles
+  std::size_t shared_bytes = 0;
+  std::string describe() const;
+};
+
+struct W4A16Options {
+  // From this M on, dequantise into a workspace and call cuBLAS; 0 = never.
+  int fallback_min_m = 0;
+  // Forces a path for benchmarking both sides (-1 = choose).
+  int force_path = -1;
+  // Overrides the stream-K grid (0 = occupancy x SMs).
+  int force_blocks = 0;
+};
+
+class W4A16Gemm {
+ public:
+  struct Arguments {
+    int m = 0;
+    const void* x = nullptr;  // [M][K] fp16/bf16, device
+    void* y = nullptr;        // [M][N] same type, device
+    const W4A16DeviceWeights* weights = nullptr;
+  };
+
+  explicit W4A16Gemm(W4A16Options options = {});
+  ~W4A16Gemm();
+  W4A16Gemm(const W4A16Gemm&) = delete;
+  W4A16Gemm& operator=(const W4A16Gemm&) = delete;
+
+  static Status can_implement(const Arguments& arguments);
+  // Bytes of device workspace run() needs (stream-K partials and counters, permuted x, or the
+  // dequantised weight for the cuBLAS path).
+  StatusOr<std::size_t> workspace_size(const Arguments& arguments);
+  // Chooses the configuration, clears the workspace on `stream`. The workspace must stay valid.
+  Status initialize(const Arguments& arguments, void* workspace, StreamHandle stream);
+  // Changes x/y (same M and weights) without re-initialising.
+  void update(const void* x, void* y);
+  Status run(StreamHandle stream);
+  const W4A16Config& config() const { return config_; }
+
+ private:
+  W4A16Options options_;
+  Arguments arguments_;
+  W4A16Config config_;
+  void* workspace_ = nullptr;
+  std::size_t plan_offsets_[4] = {};  // partials, counters, permuted x, dense weight
+  void* cublas_ = nullptr;            // cublasHandle_t for the fallback path
+};
+
+// Dense reference for the benchmark and fallback: y[M][N] = x[M][K] @ w^T with w [N][K] (the
+// nn.Linear layout), cuBLAS GemmEx, fp32 compute.
+class CublasGemm {
+ public:
+  CublasGemm() = default;
+  ~CublasGemm();
+  CublasGemm(const CublasGemm&) = delete;
+  CublasGemm& operator=(const CublasGemm&) = delete;
+  Status run(ActivationType type, int m, int n, int k, const void* x, const void* w_nk, void* y,
+             StreamHandle stream);
+
+ private:
+  void* handle_ = nullptr;
+};
+
+}  // namespace gpuopt::kernels

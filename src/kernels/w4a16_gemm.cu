@@ -1,0 +1,859 @@
+// W4A16 GEMM on tensor cores (mma.sync m16n8k16, sm_80+), stream-K over all SMs, plus the
+// dequantise + cuBLAS path for large M. Layout and design: docs/w4a16-gemm.md.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/kernels/w4a16.hpp"
+
+namespace gpuopt::kernels {
+namespace {
+
+// fmt's headers do not compile under nvcc here, so messages are built from pieces.
+std::string piece(const char* value) { return value; }
+std::string piece(const std::string& value) { return value; }
+template <typename Number>
+std::string piece(Number value) {
+  return std::to_string(value);
+}
+template <typename... Args>
+std::string text(const Args&... args) {
+  return (std::string() + ... + piece(args));
+}
+
+// ---- device helpers ----
+
+template <typename T>
+struct TypeTraits;
+template <>
+struct TypeTraits<__half> {
+  using Pair = __half2;
+  // 0x6400 is 1024.0: OR-ing a nibble into the low mantissa bits gives 1024 + q exactly.
+  static constexpr std::uint32_t kMagic = 0x64006400u;
+};
+template <>
+struct TypeTraits<__nv_bfloat16> {
+  using Pair = __nv_bfloat162;
+  // 0x4300 is 128.0 in bf16 (7 mantissa bits): 128 + q is exact for q < 16.
+  static constexpr std::uint32_t kMagic = 0x43004300u;
+};
+
+__device__ __forceinline__ std::uint32_t and_or(std::uint32_t a, std::uint32_t b, std::uint32_t c) {
+  std::uint32_t d;
+  // (a & b) | c in one instruction.
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+template <typename Pair>
+__device__ __forceinline__ Pair as_pair(std::uint32_t bits) {
+  return *reinterpret_cast<Pair*>(&bits);
+}
+template <typename Pair>
+__device__ __forceinline__ std::uint32_t as_bits(Pair pair) {
+  return *reinterpret_cast<std::uint32_t*>(&pair);
+}
+
+__device__ __forceinline__ std::uint64_t evict_first_policy() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool valid) {
+  const std::uint32_t address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  const int bytes = valid ? 16 : 0;  // 0 = zero-fill the destination
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global),
+               "r"(bytes));
+}
+
+__device__ __forceinline__ void copy_async_16_streaming(void* shared, const void* global,
+                                                        std::uint64_t policy) {
+  const std::uint32_t address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(address),
+               "l"(global), "l"(policy));
+}
+
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;"); }
+
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void load_matrix_x4(std::uint32_t (&fragment)[4], const void* shared) {
+  const std::uint32_t address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
+               : "r"(address));
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4],
+                                          std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ typename TypeTraits<T>::Pair float2_to_pair(float a, float b);
+template <>
+__device__ __forceinline__ __half2 float2_to_pair<__half>(float a, float b) {
+  return __floats2half2_rn(a, b);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat162 float2_to_pair<__nv_bfloat16>(float a, float b) {
+  return __floats2bfloat162_rn(a, b);
+}
+
+// ---- the tensor-core kernel ----
+
+struct KernelParams {
+  const void* x;  // [M][K]
+  void* y;        // [M][N]
+  const uint4* tiles;
+  const std::uint16_t* scales;
+  const std::uint8_t* zeros;  // null: symmetric
+  float* partial;             // [M][N] fp32, zero between runs
+  int* counters;              // [tiles], zero between runs
+  int m, n, k, group_size;
+  int m_blocks, n_blocks;
+  int iterations_per_tile;
+  int total_iterations;
+};
+
+constexpr int kAPitch = kStageK + 8;  // halves; the 16-byte skew keeps ldmatrix conflict-free
+constexpr int kScaleRows = kStageK / kTileK;  // a stage spans at most this many groups
+
+template <int kWarpsN, int kWarpsK, int kMTiles, int kStages>
+struct Geometry {
+  static constexpr int kThreads = 32 * kWarpsN * kWarpsK;
+  static constexpr int kBlockN = kTileN * kWarpsN;
+  static constexpr int kTilesPerWarp = kStageK / kTileK / kWarpsK;  // k16 tiles a warp does a stage
+  static constexpr int kRows = 16 * kMTiles;
+  static constexpr int kWeightBytes = (kStageK / kTileK) * kWarpsN * kTileBytes;
+  static constexpr int kActivationBytes = kRows * kAPitch * 2;
+  static constexpr int kScaleBytes = kScaleRows * kBlockN * 2;
+  static constexpr int kZeroBytes = kScaleRows * kBlockN;
+  static constexpr int kStageBytes = kWeightBytes + kActivationBytes + kScaleBytes + kZeroBytes;
+  static constexpr int kAccumulators = kMTiles * 8 * 4;
+  static constexpr int kReductionBytes = (kWarpsK - 1) * kWarpsN * 32 * kAccumulators * 4;
+  static constexpr int kSharedBytes = kStages * kStageBytes + kReductionBytes;
+  static_assert(kTilesPerWarp >= 1 && kTilesPerWarp * kWarpsK * kTileK == kStageK);
+};
+
+template <typename T, int kWarpsN, int kWarpsK, int kMTiles, int kStages>
+__global__ void __launch_bounds__(32 * kWarpsN * kWarpsK) k_w4a16_gemm(const KernelParams params) {
+  using G = Geometry<kWarpsN, kWarpsK, kMTiles, kStages>;
+  using Pair = typename TypeTraits<T>::Pair;
+  extern __shared__ __align__(16) unsigned char shared[];
+
+  const int thread = threadIdx.x;
+  const int lane = thread % 32;
+  const int warp = thread / 32;
+  const int warp_n = warp % kWarpsN;
+  const int warp_k = warp / kWarpsN;
+  const int k_tiles_total = params.k / kTileK;
+  const int strips = params.n / kTileN;
+  const int ipt = params.iterations_per_tile;
+
+  const long long total = params.total_iterations;
+  const int begin = static_cast<int>(total * blockIdx.x / gridDim.x);
+  const int end = static_cast<int>(total * (blockIdx.x + 1) / gridDim.x);
+  if (begin >= end) return;
+
+  const std::uint64_t policy = evict_first_policy();
+  const T* x = static_cast<const T*>(params.x);
+
+  auto stage_base = [&](int slot) { return shared + slot * G::kStageBytes; };
+
+  // Issues the copies of global iteration `it` (one k-stage of one output tile) into `slot`.
+  auto load_stage = [&](int it, int slot) {
+    const int tile = it / ipt;
+    const int kk = it - tile * ipt;
+    const int n_block = tile / params.m_blocks;
+    const int m_block = tile - n_block * params.m_blocks;
+    const int k0 = kk * kStageK;
+    unsigned char* base = stage_base(slot);
+    uint4* weights = reinterpret_cast<uint4*>(base);
+    constexpr int kWeightChunks = G::kWeightBytes / 16;
+    for (int c = thread; c < kWeightChunks; c += G::kThreads) {
+      const int kt = c / (kWarpsN * 32);
+      const int rest = c - kt * (kWarpsN * 32);
+      const int strip = n_block * kWarpsN + rest / 32;
+      const std::size_t tile_index =
+          static_cast<std::size_t>(strip) * k_tiles_total + k0 / kTileK + kt;
+      copy_async_16_streaming(weights + c, params.tiles + tile_index * 32 + rest % 32, policy);
+    }
+    T* activations = reinterpret_cast<T*>(base + G::kWeightBytes);
+    constexpr int kActivationChunks = G::kRows * (kStageK / 8);
+    for (int c = thread; c < kActivationChunks; c += G::kThreads) {
+      const int r = c / (kStageK / 8);
+      const int col = c % (kStageK / 8);
+      const int row = m_block * G::kRows + r;
+      const bool valid = row < params.m;
+      const T* source = valid ? x + static_cast<std::size_t>(row) * params.k + k0 + col * 8 : x;
+      copy_async_16(activations + r * kAPitch + col * 8, source, valid);
+    }
+    const int first_group = k0 / params.group_size;
+    const int group_rows = (k0 + kStageK - 1) / params.group_size - first_group + 1;
+    std::uint16_t* scales =
+        reinterpret_cast<std::uint16_t*>(base + G::kWeightBytes + G::kActivationBytes);
+    const int scale_chunks = group_rows * kWarpsN * 8;
+    for (int c = thread; c < scale_chunks; c += G::kThreads) {
+      const int r = c / (kWarpsN * 8);
+      const int rest = c - r * (kWarpsN * 8);
+      const std::size_t offset =
+          (static_cast<std::size_t>(first_group + r) * strips + n_block * kWarpsN) * kTileN +
+          rest * 8;
+      copy_async_16(scales + r * G::kBlockN + rest * 8, params.scales + offset, true);
+    }
+    if (params.zeros != nullptr) {
+      std::uint8_t* zeros = reinterpret_cast<std::uint8_t*>(base + G::kWeightBytes +
+                                                            G::kActivationBytes + G::kScaleBytes);
+      const int zero_chunks = group_rows * kWarpsN * 4;
+      for (int c = thread; c < zero_chunks; c += G::kThreads) {
+        const int r = c / (kWarpsN * 4);
+        const int rest = c - r * (kWarpsN * 4);
+        const std::size_t offset =
+            (static_cast<std::size_t>(first_group + r) * strips + n_block * kWarpsN) * kTileN +
+            rest * 16;
+        copy_async_16(zeros + r * G::kBlockN + rest * 16, params.zeros + offset, true);
+      }
+    }
+  };
+
+  float accumulators[kMTiles][8][4];
+  auto clear = [&]() {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) accumulators[mt][j][e] = 0.0f;
+  };
+  clear();
+
+  // Per-thread scale and (magic + zero) for its 8 columns, reloaded when the group changes.
+  Pair scale_pairs[8];
+  std::uint32_t zero_pairs[8];
+  int current_group = -1;
+  const int lane_group = lane / 4;  // the B-fragment column within each n8 tile
+
+  auto compute_stage = [&](int it, int slot) {
+    const int tile = it / ipt;
+    const int kk = it - tile * ipt;
+    const int k0 = kk * kStageK;
+    const int first_group = k0 / params.group_size;
+    const bool one_group = (k0 + kStageK - 1) / params.group_size == first_group;
+    const unsigned char* base = stage_base(slot);
+    const uint4* weights = reinterpret_cast<const uint4*>(base);
+    const T* activations = reinterpret_cast<const T*>(base + G::kWeightBytes);
+    const std::uint16_t* scales =
+        reinterpret_cast<const std::uint16_t*>(base + G::kWeightBytes + G::kActivationBytes);
+    const std::uint8_t* zeros = reinterpret_cast<const std::uint8_t*>(
+        base + G::kWeightBytes + G::kActivationBytes + G::kScaleBytes);
+#pragma unroll
+    for (int i = 0; i < G::kTilesPerWarp; ++i) {
+      const int kt = warp_k * G::kTilesPerWarp + i;
+      const int group = one_group ? first_group : (k0 + kt * kTileK) / params.group_size;
+      if (group != current_group) {
+        current_group = group;
+        const int row = group - first_group;
+        const uint4 s = *reinterpret_cast<const uint4*>(scales + row * G::kBlockN +
+                                                        warp_n * kTileN + lane_group * 8);
+        const std::uint32_t s_words[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const std::uint32_t half_bits = (s_words[j / 2] >> (16 * (j % 2))) & 0xffffu;
+          scale_pairs[j] = as_pair<Pair>(half_bits | (half_bits << 16));
+        }
+        if (params.zeros != nullptr) {
+          const uint2 z = *reinterpret_cast<const uint2*>(zeros + row * G::kBlockN +
+                                                          warp_n * kTileN + lane_group * 8);
+          const std::uint32_t z_words[2] = {z.x, z.y};
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const std::uint32_t zero = (z_words[j / 4] >> (8 * (j % 4))) & 0xfu;
+            zero_pairs[j] = TypeTraits<T>::kMagic | (zero * 0x00010001u);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) zero_pairs[j] = TypeTraits<T>::kMagic | 0x00080008u;
+        }
+      }
+      std::uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        load_matrix_x4(
+            a[mt], activations + (mt * 16 + lane % 16) * kAPitch + kt * kTileK + (lane / 16) * 8);
+      }
+      const uint4 packed = weights[(kt * kWarpsN + warp_n) * 32 + lane];
+      const std::uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        std::uint32_t b[4];
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          const int j = 2 * w + s / 2;
+          const Pair raw =
+              as_pair<Pair>(and_or(words[w] >> (4 * s), 0x000f000fu, TypeTraits<T>::kMagic));
+          // (magic + q) - (magic + zero) is exact; one rounding in the scale multiply.
+          b[s] = as_bits(__hmul2(__hsub2(raw, as_pair<Pair>(zero_pairs[j])), scale_pairs[j]));
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816<T>(accumulators[mt][2 * w], a[mt], b[0], b[1]);
+          mma_16816<T>(accumulators[mt][2 * w + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  };
+
+  float* reduction = reinterpret_cast<float*>(shared + kStages * G::kStageBytes);
+  __shared__ int is_last_block;
+
+  // Ends a segment of tile `tile` that covered `length` of its k-stages.
+  auto flush = [&](int tile, int length) {
+    const int n_block = tile / params.m_blocks;
+    const int m_block = tile - n_block * params.m_blocks;
+    if constexpr (kWarpsK > 1) {
+      if (warp_k > 0) {
+        float* mine = reduction + ((warp_k - 1) * kWarpsN + warp_n) * 32 * G::kAccumulators;
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              mine[((mt * 8 + j) * 4 + e) * 32 + lane] = accumulators[mt][j][e];
+      }
+      __syncthreads();
+      if (warp_k == 0) {
+        for (int other = 1; other < kWarpsK; ++other) {
+          const float* theirs =
+              reduction + ((other - 1) * kWarpsN + warp_n) * 32 * G::kAccumulators;
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                accumulators[mt][j][e] += theirs[((mt * 8 + j) * 4 + e) * 32 + lane];
+        }
+      }
+    }
+    const bool whole_tile = length == ipt;
+    T* y = static_cast<T*>(params.y);
+    if (warp_k == 0) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = m_block * G::kRows + mt * 16 + lane_group + 8 * half;
+          if (row >= params.m) continue;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int col = n_block * G::kBlockN + warp_n * kTileN + 8 * j + 2 * (lane % 4);
+            const float v0 = accumulators[mt][j][2 * half];
+            const float v1 = accumulators[mt][j][2 * half + 1];
+            const std::size_t index = static_cast<std::size_t>(row) * params.n + col;
+            if (whole_tile) {
+              *reinterpret_cast<Pair*>(y + index) = float2_to_pair<T>(v0, v1);
+            } else {
+              atomicAdd(params.partial + index, v0);
+              atomicAdd(params.partial + index + 1, v1);
+            }
+          }
+        }
+      }
+    }
+    if (!whole_tile) {
+      // The block whose stages complete the tile converts it and leaves the workspace zeroed.
+      __threadfence();
+      __syncthreads();
+      if (thread == 0) {
+        const int before = atomicAdd(params.counters + tile, length);
+        is_last_block = before + length == ipt;
+        if (is_last_block) params.counters[tile] = 0;
+      }
+      __syncthreads();
+      if (is_last_block) {
+        __threadfence();
+        const int rows = min(G::kRows, params.m - m_block * G::kRows);
+        const int quads = rows * (G::kBlockN / 4);
+        for (int q = thread; q < quads; q += G::kThreads) {
+          const int r = q / (G::kBlockN / 4);
+          const int c4 = q - r * (G::kBlockN / 4);
+          const std::size_t index = static_cast<std::size_t>(m_block * G::kRows + r) * params.n +
+                                    n_block * G::kBlockN + c4 * 4;
+          float4* source = reinterpret_cast<float4*>(params.partial + index);
+          const float4 v = __ldcg(source);
+          __stcg(source, make_float4(0.f, 0.f, 0.f, 0.f));
+          Pair* target = reinterpret_cast<Pair*>(y + index);
+          target[0] = float2_to_pair<T>(v.x, v.y);
+          target[1] = float2_to_pair<T>(v.z, v.w);
+        }
+      }
+    }
+  };
+
+  // Prologue: kStages-1 stages in flight before the first compute.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (begin + s < end) load_stage(begin + s, s);
+    copy_async_commit();
+  }
+  int segment_start = begin;
+  int read_slot = 0;
+  int write_slot = kStages - 1;
+  for (int it = begin; it < end; ++it) {
+    copy_async_wait<kStages - 2>();
+    __syncthreads();
+    const int next = it + kStages - 1;
+    if (next < end) load_stage(next, write_slot);
+    copy_async_commit();
+    write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
+    compute_stage(it, read_slot);
+    read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
+    if ((it + 1) % ipt == 0 || it + 1 == end) {
+      flush(it / ipt, it + 1 - segment_start);
+      clear();
+      current_group = -1;
+      segment_start = it + 1;
+    }
+  }
+  copy_async_wait<0>();
+}
+
+// ---- helpers for the other paths ----
+
+// xp[m][i] = x[m][perm[i]]: act-order checkpoints feed rows in group order.
+template <typename T>
+__global__ void k_permute_columns(const T* __restrict__ x, const int* __restrict__ perm,
+                                  T* __restrict__ xp, int m, int k) {
+  const std::size_t total = static_cast<std::size_t>(m) * k;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t row = i / k;
+    const int col = static_cast<int>(i - row * k);
+    xp[i] = x[row * k + perm[col]];
+  }
+}
+
+// Writes the dense weight w[N][K] (nn.Linear layout) for cuBLAS: one thread per 16-byte chunk.
+template <typename T>
+__global__ void k_w4a16_dequantize(const uint4* __restrict__ tiles,
+                                   const std::uint16_t* __restrict__ scales,
+                                   const std::uint8_t* __restrict__ zeros, T* __restrict__ w, int n,
+                                   int k, int group_size) {
+  using Pair = typename TypeTraits<T>::Pair;
+  const int k_tiles = k / kTileK;
+  const std::size_t chunks = static_cast<std::size_t>(n / kTileN) * k_tiles * 32;
+  for (std::size_t c = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; c < chunks;
+       c += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const int lane = static_cast<int>(c % 32);
+    const std::size_t tile_index = c / 32;
+    const int strip = static_cast<int>(tile_index / k_tiles);
+    const int t = static_cast<int>(tile_index % k_tiles);
+    const int g = lane / 4;
+    const int quad = lane % 4;
+    const int group = t * kTileK / group_size;
+    const uint4 packed = tiles[c];
+    const std::uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+    const std::size_t group_base =
+        (static_cast<std::size_t>(group) * (n / kTileN) + strip) * kTileN + g * 8;
+#pragma unroll
+    for (int word = 0; word < 4; ++word) {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const int j = 2 * word + s / 2;
+        const std::uint32_t zero = zeros != nullptr ? zeros[group_base + j] : 8u;
+        const std::uint32_t scale_bits = scales[group_base + j];
+        const Pair raw =
+            as_pair<Pair>(and_or(words[word] >> (4 * s), 0x000f000fu, TypeTraits<T>::kMagic));
+        const Pair value =
+            __hmul2(__hsub2(raw, as_pair<Pair>(TypeTraits<T>::kMagic | (zero * 0x00010001u))),
+                    as_pair<Pair>(scale_bits | (scale_bits << 16)));
+        const int col = strip * kTileN + 8 * j + g;
+        const int row = t * kTileK + 2 * quad + 8 * (s % 2);
+        *reinterpret_cast<Pair*>(w + static_cast<std::size_t>(col) * k + row) = value;
+      }
+    }
+  }
+}
+
+// ---- configuration ----
+
+using KernelFunction = void (*)(KernelParams);
+
+struct Variant {
+  KernelFunction function;
+  int m_tiles, warps_n, warps_k, stages, threads;
+  std::size_t shared_bytes;
+};
+
+template <typename T, int kWarpsN, int kWarpsK, int kMTiles, int kStages>
+Variant make_variant() {
+  using G = Geometry<kWarpsN, kWarpsK, kMTiles, kStages>;
+  return Variant{&k_w4a16_gemm<T, kWarpsN, kWarpsK, kMTiles, kStages>,
+                 kMTiles,
+                 kWarpsN,
+                 kWarpsK,
+                 kStages,
+                 G::kThreads,
+                 static_cast<std::size_t>(G::kSharedBytes)};
+}
+
+// Stages per m-tile count: 2 blocks/SM fit for 1-2 m-tiles, one deep pipeline for 4.
+template <typename T>
+Variant select_variant(int m_tiles, bool wide) {
+  if (wide) {
+    if (m_tiles == 1) return make_variant<T, 4, 2, 1, 6>();
+    if (m_tiles == 2) return make_variant<T, 4, 2, 2, 4>();
+    return make_variant<T, 4, 2, 4, 6>();
+  }
+  if (m_tiles == 1) return make_variant<T, 1, 4, 1, 6>();
+  if (m_tiles == 2) return make_variant<T, 1, 4, 2, 4>();
+  return make_variant<T, 1, 4, 4, 6>();
+}
+
+Variant variant_for(ActivationType type, int m_tiles, bool wide) {
+  return type == ActivationType::kFloat16 ? select_variant<__half>(m_tiles, wide)
+                                          : select_variant<__nv_bfloat16>(m_tiles, wide);
+}
+
+std::size_t align_up(std::size_t value) { return (value + 255) / 256 * 256; }
+
+Status cublas_status(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return ok_status();
+  const StatusCode code = status == CUBLAS_STATUS_ALLOC_FAILED      ? StatusCode::kResourceExhausted
+                          : status == CUBLAS_STATUS_NOT_INITIALIZED ? StatusCode::kUnavailable
+                                                                    : StatusCode::kInternal;
+  return Status(code, text(what, ": ", cublasGetStatusName(status), " (",
+                           cublasGetStatusString(status), ")"));
+}
+
+struct Plan {
+  W4A16Config config;
+  std::size_t partial_offset = 0, counters_offset = 0, permuted_offset = 0, dense_offset = 0;
+  std::size_t workspace_bytes = 0;
+};
+
+StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Options& options) {
+  const W4A16DeviceWeights& w = *arguments.weights;
+  const int m = arguments.m;
+  Plan plan;
+  W4A16Config& config = plan.config;
+  bool fallback = options.fallback_min_m > 0 && m >= options.fallback_min_m;
+  if (options.force_path >= 0) fallback = options.force_path == 1;
+  std::size_t offset = 0;
+  if (w.perm != nullptr) {
+    plan.permuted_offset = offset;
+    offset = align_up(offset + static_cast<std::size_t>(m) * w.k * 2);
+  }
+  if (fallback) {
+    config.path = W4A16Path::kDequantCublas;
+    plan.dense_offset = offset;
+    offset = align_up(offset + static_cast<std::size_t>(w.n) * w.k * 2);
+    plan.workspace_bytes = offset;
+    return plan;
+  }
+  config.path = W4A16Path::kTensorCore;
+  config.m_tiles = m <= 16 ? 1 : m <= 32 ? 2 : 4;
+  const bool wide = w.n % (4 * kTileN) == 0;
+  const Variant variant = variant_for(w.type, config.m_tiles, wide);
+  config.block_n = variant.warps_n * kTileN;
+  config.threads = variant.threads;
+  config.stages = variant.stages;
+  config.shared_bytes = variant.shared_bytes;
+  const int m_blocks = (m + 16 * config.m_tiles - 1) / (16 * config.m_tiles);
+  config.tiles = m_blocks * (w.n / config.block_n);
+  config.iterations = config.tiles * (w.k / kStageK);
+
+  int device = 0;
+  GPUOPT_CUDA_TRY(cudaGetDevice(&device));
+  int sms = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int optin = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (variant.shared_bytes > static_cast<std::size_t>(optin)) {
+    return invalid_argument(text("the W4A16 kernel for M=", m, " needs ", variant.shared_bytes,
+                                 " bytes of shared memory; this GPU allows ", optin));
+  }
+  GPUOPT_CUDA_TRY(cudaFuncSetAttribute(variant.function,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(variant.shared_bytes)));
+  int per_sm = 0;
+  GPUOPT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, variant.function, variant.threads, variant.shared_bytes));
+  if (per_sm < 1) return internal_error("W4A16 kernel: occupancy calculator says 0 blocks per SM");
+  config.blocks_per_sm = per_sm;
+  // Stream-K: one full wave, each block an equal share of all k-stages of all tiles; at least 4
+  // stages each so the pipeline fills.
+  int blocks = std::min(per_sm * sms, std::max(1, config.iterations / 4));
+  if (options.force_blocks > 0) blocks = std::min(options.force_blocks, config.iterations);
+  config.blocks = blocks;
+  plan.partial_offset = offset;
+  offset = align_up(offset + static_cast<std::size_t>(m) * w.n * sizeof(float));
+  plan.counters_offset = offset;
+  offset = align_up(offset + static_cast<std::size_t>(config.tiles) * sizeof(int));
+  plan.workspace_bytes = offset;
+  return plan;
+}
+
+}  // namespace
+
+// ---- W4A16DeviceWeights ----
+
+StatusOr<W4A16DeviceWeights> W4A16DeviceWeights::upload(const W4A16Weights& weights,
+                                                        StreamHandle stream) {
+  GPUOPT_RETURN_IF_ERROR(check_w4a16_shape(weights.k, weights.n, weights.group_size));
+  W4A16DeviceWeights out;
+  out.k = weights.k;
+  out.n = weights.n;
+  out.group_size = weights.group_size;
+  out.type = weights.type;
+  out.has_zeros = weights.has_zeros;
+  out.owns_ = true;
+  auto copy = [&](const void* host, std::size_t bytes, const void*& device) -> Status {
+    void* pointer = nullptr;
+    GPUOPT_CUDA_TRY(cudaMalloc(&pointer, bytes));
+    device = pointer;
+    GPUOPT_CUDA_TRY(cudaMemcpyAsync(pointer, host, bytes, cudaMemcpyHostToDevice, stream));
+    return ok_status();
+  };
+  GPUOPT_RETURN_IF_ERROR(copy(weights.tiles.data(), weights.tiles.size() * 4, out.tiles));
+  GPUOPT_RETURN_IF_ERROR(copy(weights.scales.data(), weights.scales.size() * 2, out.scales));
+  if (weights.has_zeros) {
+    GPUOPT_RETURN_IF_ERROR(copy(weights.zeros.data(), weights.zeros.size(), out.zeros));
+  }
+  if (!weights.perm.empty()) {
+    GPUOPT_RETURN_IF_ERROR(copy(weights.perm.data(), weights.perm.size() * 4, out.perm));
+  }
+  // The host vectors may go away once this returns.
+  GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
+  return std::move(out);
+}
+
+W4A16DeviceWeights::W4A16DeviceWeights(W4A16DeviceWeights&& other) noexcept {
+  *this = std::move(other);
+}
+
+W4A16DeviceWeights& W4A16DeviceWeights::operator=(W4A16DeviceWeights&& other) noexcept {
+  if (this != &other) {
+    release();
+    k = other.k;
+    n = other.n;
+    group_size = other.group_size;
+    type = other.type;
+    has_zeros = other.has_zeros;
+    tiles = other.tiles;
+    scales = other.scales;
+    zeros = other.zeros;
+    perm = other.perm;
+    owns_ = other.owns_;
+    other.tiles = other.scales = other.zeros = other.perm = nullptr;
+    other.owns_ = false;
+  }
+  return *this;
+}
+
+W4A16DeviceWeights::~W4A16DeviceWeights() { release(); }
+
+void W4A16DeviceWeights::release() {
+  if (!owns_) return;
+  for (const void* pointer : {tiles, scales, zeros, perm}) {
+    if (pointer != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(const_cast<void*>(pointer)));
+  }
+  tiles = scales = zeros = perm = nullptr;
+  owns_ = false;
+}
+
+std::size_t W4A16DeviceWeights::compressed_bytes() const {
+  const std::size_t groups = static_cast<std::size_t>(k / group_size);
+  return static_cast<std::size_t>(k) * n / 2 + groups * n * 2 + (has_zeros ? groups * n : 0);
+}
+
+// ---- W4A16Gemm ----
+
+W4A16Gemm::W4A16Gemm(W4A16Options options) : options_(options) {}
+
+W4A16Gemm::~W4A16Gemm() {
+  if (cublas_ != nullptr) {
+    const cublasStatus_t status = cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+    if (status != CUBLAS_STATUS_SUCCESS)
+      report_unreturnable(cublas_status(status, "cublasDestroy"));
+  }
+}
+
+Status W4A16Gemm::can_implement(const Arguments& arguments) {
+  if (arguments.weights == nullptr) return invalid_argument("W4A16Gemm: no weights given");
+  const W4A16DeviceWeights& w = *arguments.weights;
+  if (arguments.m <= 0) return invalid_argument(text("M=", arguments.m, " must be positive"));
+  if (arguments.x == nullptr || arguments.y == nullptr) {
+    return invalid_argument("W4A16Gemm: x and y must be device pointers");
+  }
+  if (w.tiles == nullptr || w.scales == nullptr) {
+    return invalid_argument("W4A16Gemm: weights were not uploaded");
+  }
+  if (reinterpret_cast<std::uintptr_t>(arguments.x) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(arguments.y) % 16 != 0) {
+    return invalid_argument("W4A16Gemm: x and y must be 16-byte aligned");
+  }
+  return check_w4a16_shape(w.k, w.n, w.group_size);
+}
+
+StatusOr<std::size_t> W4A16Gemm::workspace_size(const Arguments& arguments) {
+  GPUOPT_RETURN_IF_ERROR(can_implement(arguments));
+  GPUOPT_ASSIGN_OR_RETURN(Plan plan, make_plan(arguments, options_));
+  return plan.workspace_bytes;
+}
+
+Status W4A16Gemm::initialize(const Arguments& arguments, void* workspace, StreamHandle stream) {
+  GPUOPT_RETURN_IF_ERROR(can_implement(arguments));
+  GPUOPT_ASSIGN_OR_RETURN(Plan plan, make_plan(arguments, options_));
+  if (plan.workspace_bytes > 0 && workspace == nullptr) {
+    return invalid_argument(
+        text("W4A16Gemm needs ", plan.workspace_bytes, " bytes of workspace; none given"));
+  }
+  arguments_ = arguments;
+  config_ = plan.config;
+  workspace_ = workspace;
+  if (config_.path == W4A16Path::kTensorCore) {
+    // Partials and counters start at zero; the kernel leaves them zero after each run.
+    unsigned char* base = static_cast<unsigned char*>(workspace);
+    GPUOPT_CUDA_TRY(cudaMemsetAsync(base + plan.partial_offset, 0,
+                                    plan.workspace_bytes - plan.partial_offset, stream));
+  } else if (cublas_ == nullptr) {
+    cublasHandle_t handle = nullptr;
+    GPUOPT_RETURN_IF_ERROR(cublas_status(cublasCreate(&handle), "cublasCreate"));
+    cublas_ = handle;
+  }
+  plan_offsets_[0] = plan.partial_offset;
+  plan_offsets_[1] = plan.counters_offset;
+  plan_offsets_[2] = plan.permuted_offset;
+  plan_offsets_[3] = plan.dense_offset;
+  return ok_status();
+}
+
+void W4A16Gemm::update(const void* x, void* y) {
+  arguments_.x = x;
+  arguments_.y = y;
+}
+
+Status W4A16Gemm::run(StreamHandle stream) {
+  const W4A16DeviceWeights& w = *arguments_.weights;
+  if (workspace_ == nullptr && config_.path == W4A16Path::kTensorCore) {
+    return failed_precondition("W4A16Gemm::run before initialize");
+  }
+  unsigned char* base = static_cast<unsigned char*>(workspace_);
+  const int m = arguments_.m;
+  const void* x = arguments_.x;
+  if (w.perm != nullptr) {
+    void* permuted = base + plan_offsets_[2];
+    const int blocks = static_cast<int>(
+        std::min<std::size_t>(4096, (static_cast<std::size_t>(m) * w.k + 255) / 256));
+    if (w.type == ActivationType::kFloat16) {
+      k_permute_columns<<<blocks, 256, 0, stream>>>(static_cast<const __half*>(x),
+                                                    static_cast<const int*>(w.perm),
+                                                    static_cast<__half*>(permuted), m, w.k);
+    } else {
+      k_permute_columns<<<blocks, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                    static_cast<const int*>(w.perm),
+                                                    static_cast<__nv_bfloat16*>(permuted), m, w.k);
+    }
+    GPUOPT_CUDA_TRY_LAUNCH();
+    x = permuted;
+  }
+  if (config_.path == W4A16Path::kDequantCublas) {
+    void* dense = base + plan_offsets_[3];
+    const std::size_t chunks = static_cast<std::size_t>(w.n / kTileN) * (w.k / kTileK) * 32;
+    const int blocks = static_cast<int>(std::min<std::size_t>(65536, (chunks + 255) / 256));
+    const auto* tiles = static_cast<const uint4*>(w.tiles);
+    const auto* scales = static_cast<const std::uint16_t*>(w.scales);
+    const auto* zeros = static_cast<const std::uint8_t*>(w.zeros);
+    if (w.type == ActivationType::kFloat16) {
+      k_w4a16_dequantize<<<blocks, 256, 0, stream>>>(
+          tiles, scales, zeros, static_cast<__half*>(dense), w.n, w.k, w.group_size);
+    } else {
+      k_w4a16_dequantize<<<blocks, 256, 0, stream>>>(
+          tiles, scales, zeros, static_cast<__nv_bfloat16*>(dense), w.n, w.k, w.group_size);
+    }
+    GPUOPT_CUDA_TRY_LAUNCH();
+    cublasHandle_t handle = static_cast<cublasHandle_t>(cublas_);
+    GPUOPT_RETURN_IF_ERROR(cublas_status(cublasSetStream(handle, stream), "cublasSetStream"));
+    const float alpha = 1.0f, beta = 0.0f;
+    const cudaDataType_t data = w.type == ActivationType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
+    return cublas_status(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, w.n, m, w.k, &alpha, dense,
+                                      data, w.k, x, data, w.k, &beta, arguments_.y, data, w.n,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                         "cublasGemmEx (W4A16 fallback)");
+  }
+
+  KernelParams params{};
+  params.x = x;
+  params.y = arguments_.y;
+  params.tiles = static_cast<const uint4*>(w.tiles);
+  params.scales = static_cast<const std::uint16_t*>(w.scales);
+  params.zeros = static_cast<const std::uint8_t*>(w.zeros);
+  params.partial = reinterpret_cast<float*>(base + plan_offsets_[0]);
+  params.counters = reinterpret_cast<int*>(base + plan_offsets_[1]);
+  params.m = m;
+  params.n = w.n;
+  params.k = w.k;
+  params.group_size = w.group_size;
+  params.m_blocks = (m + 16 * config_.m_tiles - 1) / (16 * config_.m_tiles);
+  params.n_blocks = w.n / config_.block_n;
+  params.iterations_per_tile = w.k / kStageK;
+  params.total_iterations = config_.iterations;
+  const Variant variant = variant_for(w.type, config_.m_tiles, config_.block_n == 4 * kTileN);
+  variant.function<<<config_.blocks, variant.threads, variant.shared_bytes, stream>>>(params);
+  GPUOPT_CUDA_TRY_LAUNCH();
+  return ok_status();
+}
+
+// ---- CublasGemm ----
+
+CublasGemm::~CublasGemm() {
+  if (handle_ != nullptr) {
+    const cublasStatus_t status = cublasDestroy(static_cast<cublasHandle_t>(handle_));
+    if (status != CUBLAS_STATUS_SUCCESS)
+      report_unreturnable(cublas_status(status, "cublasDestroy"));
+  }
+}
+
+Status CublasGemm::run(ActivationType type, int m, int n, int k, const void* x, const void* w_nk,
+                       void* y, StreamHandle stream) {
+  if (handle_ == nullptr) {
+    cublasHandle_t handle = nullptr;
+    GPUOPT_RETURN_IF_ERROR(cublas_status(cublasCreate(&handle), "cublasCreate"));
+    handle_ = handle;
+  }
+  cublasHandle_t handle = static_cast<cublasHandle_t>(handle_);
+  GPUOPT_RETURN_IF_ERROR(cublas_status(cublasSetStream(handle, stream), "cublasSetStream"));
+  const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t data = type == ActivationType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
+  return cublas_status(
+      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w_nk, data, k, x, data, k,
+                   &beta, y, data, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmEx");
+}
+
+}  // namespace gpuopt::kernels
