@@ -1,0 +1,157 @@
+// gpuopt doctor: collect the platform (PCI, links, IOMMU, ASPM, NVML, processes, Vulkan) once,
+// judge it into findings with stable ids, and render text, JSON or Prometheus from the same
+// structs.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpuopt/platform/nvml.hpp"
+#include "gpuopt/platform/pci_devices.hpp"
+#include "gpuopt/platform/processes.hpp"
+#include "gpuopt/platform/system_info.hpp"
+#include "gpuopt/platform/vulkan.hpp"
+
+namespace gpuopt::doctor {
+
+inline constexpr int kSchemaVersion = 1;
+
+enum class Severity { kInfo = 0, kWarning = 1, kError = 2 };
+const char* severity_name(Severity severity);
+
+struct Finding {
+  std::string id;  // stable: "pcie.link_downgraded"
+  Severity severity = Severity::kInfo;
+  std::string device;  // BDF, "system", or "pid N"
+  std::string summary;
+  std::vector<std::pair<std::string, std::string>> evidence;  // values read, in order
+  std::string fix;   // what to do, with the exact command or kernel parameter
+  std::string risk;  // what the fix costs
+};
+
+// What NVML says about one GPU; each metric is absent when NVML could not give it.
+struct NvidiaGpu {
+  unsigned index = 0;
+  std::string bdf;
+  std::string name;
+  std::optional<unsigned> current_generation, current_width, max_generation, max_width;
+  std::optional<unsigned> gpu_max_generation;
+  std::optional<unsigned> tx_kbps, rx_kbps;
+  std::optional<unsigned> replay_counter;
+  std::optional<platform::NvmlBar1> bar1;
+  std::optional<bool> persistence_mode;
+  std::optional<int> performance_state;
+  std::optional<std::uint64_t> clock_event_reasons;
+  std::optional<unsigned> temperature_c;
+  std::optional<double> power_w, power_limit_w;
+  std::optional<platform::NvmlEcc> ecc;
+  std::optional<platform::NvmlUtilization> utilization;
+  std::vector<platform::NvmlProcess> processes;
+  std::vector<std::string> problems;  // metrics NVML refused, with its reason
+};
+
+struct NvmlView {
+  bool available = false;
+  std::string status;  // why not, when unavailable
+  std::optional<std::string> driver_version;
+  std::optional<int> cuda_driver_version;
+  std::vector<NvidiaGpu> gpus;
+};
+
+struct VulkanView {
+  bool probed = false;  // false for recorded machines
+  bool available = false;
+  std::string status;
+  platform::VulkanInfo info;
+};
+
+// The link of an NVIDIA GPU sampled while `--load` kept it busy.
+struct LoadSample {
+  std::string bdf;
+  std::optional<unsigned> generation, width;
+  std::optional<int> performance_state;
+  std::string status;  // empty when the load ran
+};
+
+struct Options {
+  std::string root = "/";  // anything else: a recorded machine (no NVML, no Vulkan)
+  bool all_devices = false;
+  bool load = false;
+  bool use_nvml = true;
+  bool use_vulkan = true;
+  bool recorded() const { return !root.empty() && root != "/"; }
+};
+
+struct Report {
+  int schema_version = kSchemaVersion;
+  std::string root;
+  bool recorded = false;
+  platform::SystemInfo system;
+  platform::PciScan pci;
+  NvmlView nvml;
+  platform::GpuProcessScan processes;
+  VulkanView vulkan;
+  std::vector<LoadSample> load;
+  std::optional<double> uptime_s;
+  std::vector<Finding> findings;
+  std::vector<std::string> notes;  // what could not be judged, and why
+  double elapsed_ms = 0;
+};
+
+// Reads everything. NOT_FOUND/INVALID_ARGUMENT only when the root itself is unusable; every other
+// failure becomes a note or a problem inside the report.
+StatusOr<Report> collect(const Options& options);
+
+// Fills report.findings (sorted: errors first) from what collect() read.
+void judge(Report& report);
+
+// 0 when nothing is above info, 1 warnings, 2 errors.
+int exit_code(const Report& report);
+
+nlohmann::json to_json(const Report& report);
+std::string render_text(const Report& report, bool color);
+std::string render_prometheus(const Report& report);
+
+// ---- --watch ----
+struct WatchSample {
+  double t_s = 0;
+  std::string bdf;
+  std::optional<double> speed_gts;  // sysfs current link (effective along the path)
+  std::optional<int> width;
+  std::optional<unsigned> nvml_generation, nvml_width;
+  std::optional<unsigned> replay_counter;
+  std::optional<unsigned> tx_kbps, rx_kbps;
+};
+
+struct WatchDeviceSummary {
+  std::string bdf;
+  int samples = 0;
+  int link_changes = 0;  // speed or width differs from the previous sample
+  std::optional<double> replays_per_minute;
+  std::optional<double> replay_budget_per_minute;
+  std::optional<unsigned> max_tx_kbps, max_rx_kbps;
+};
+
+struct WatchResult {
+  double interval_s = 0;
+  double duration_s = 0;
+  std::vector<WatchSample> samples;
+  std::vector<WatchDeviceSummary> devices;
+};
+
+// Samples every described device every `interval_s` for `duration_s`, then adds the findings
+// (pcie.link_flapping, pcie.replay_rate) that one snapshot misses to `report`.
+StatusOr<WatchResult> watch(const Options& options, Report& report, double interval_s,
+                            double duration_s);
+nlohmann::json watch_to_json(const WatchResult& result);
+std::string render_watch_text(const WatchResult& result);
+
+// Pure rules, exposed for tests.
+// Flapping: link changes between consecutive samples.
+int count_link_changes(const std::vector<WatchSample>& samples_of_one_device);
+
+}  // namespace gpuopt::doctor

@@ -1,0 +1,449 @@
+// doctor's renderers: JSON (docs/schemas/doctor.schema.json), text for people, Prometheus text.
+#include <fmt/format.h>
+
+#include "gpuopt/doctor/doctor.hpp"
+
+namespace gpuopt::doctor {
+
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+json opt(const std::optional<T>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+json link_json(const platform::LinkState& link) {
+  return {{"current_speed_gts", opt(link.current_speed_gts)},
+          {"max_speed_gts", opt(link.max_speed_gts)},
+          {"current_width", opt(link.current_width)},
+          {"max_width", opt(link.max_width)}};
+}
+
+json config_json(const std::optional<platform::PciConfig>& config) {
+  if (!config) return nullptr;
+  json bars = json::array();
+  for (const auto& bar : config->resizable_bars) {
+    bars.push_back({{"bar", bar.bar_index},
+                    {"current_bytes", bar.current_bytes},
+                    {"supported_bytes", bar.supported_bytes}});
+  }
+  return {
+      {"bytes_readable", config->length},
+      {"needs_root", !config->extended_capabilities_readable},
+      {"ats_present", config->extended_capabilities_readable ? json(config->ats_present) : json()},
+      {"ats_enabled", opt(config->ats_enabled)},
+      {"acs_control", opt(config->acs_control)},
+      {"acs_p2p_request_redirect",
+       config->acs_control ? json(config->acs_p2p_request_redirect()) : json()},
+      {"aer_present", config->extended_capabilities_readable ? json(config->aer_present) : json()},
+      {"aspm_control",
+       config->aspm_control ? json(platform::aspm_control_name(*config->aspm_control)) : json()},
+      {"resizable_bars", bars},
+      {"problems", config->problems}};
+}
+
+std::string gen(std::optional<double> speed) {
+  if (!speed) return "?";
+  auto generation = platform::pcie_generation(*speed);
+  return generation ? fmt::format("Gen{}", *generation) : fmt::format("{:g}GT/s", *speed);
+}
+
+std::string width(std::optional<int> value) { return value ? fmt::format("x{}", *value) : "x?"; }
+
+std::string bytes_text(std::uint64_t bytes) {
+  if (bytes >= (1ull << 30)) return fmt::format("{:.0f} GiB", bytes / double(1ull << 30));
+  return fmt::format("{:.0f} MiB", bytes / double(1ull << 20));
+}
+
+std::string prom_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+json to_json(const Report& report) {
+  json devices = json::array();
+  json links = json::array();
+  for (const auto& device : report.pci.devices) {
+    json path = json::array();
+    for (const auto& hop : device.path) {
+      path.push_back(
+          {{"bdf", hop.link.bdf},
+           {"class", hop.class_code ? json(fmt::format("0x{:06x}", *hop.class_code)) : json()},
+           {"link", link_json(hop.link.link)},
+           {"config", config_json(hop.config)}});
+    }
+    links.push_back(
+        {{"device", device.bdf}, {"effective", link_json(device.effective_link)}, {"path", path}});
+    json aspm = json::object();
+    for (const auto& [name, on] : device.aspm.states) aspm[name] = on;
+    devices.push_back({{"bdf", device.bdf},
+                       {"class", fmt::format("0x{:06x}", device.class_code)},
+                       {"class_name", device.class_name},
+                       {"vendor_id", fmt::format("0x{:04x}", device.vendor_id)},
+                       {"device_id", fmt::format("0x{:04x}", device.device_id)},
+                       {"vendor_name", device.vendor_name},
+                       {"device_name", device.device_name},
+                       {"driver", device.driver.empty() ? json() : json(device.driver)},
+                       {"numa_node", opt(device.numa_node)},
+                       {"local_cpulist", device.local_cpulist},
+                       {"iommu_group", opt(device.iommu_group)},
+                       {"iommu_domain_type",
+                        device.iommu_domain_type.empty() ? json() : json(device.iommu_domain_type)},
+                       {"aer",
+                        {{"correctable", opt(device.aer.correctable)},
+                         {"fatal", opt(device.aer.fatal)},
+                         {"nonfatal", opt(device.aer.nonfatal)}}},
+                       {"aspm_link_states", aspm},
+                       {"capabilities", config_json(device.config)},
+                       {"problems", device.problems}});
+  }
+  json gpus = json::array();
+  for (const auto& gpu : report.nvml.gpus) {
+    json processes = json::array();
+    for (const auto& process : gpu.processes) {
+      processes.push_back(
+          {{"pid", process.pid}, {"used_memory_bytes", opt(process.used_memory_bytes)}});
+    }
+    json ecc = nullptr;
+    if (gpu.ecc) {
+      ecc = {{"enabled", gpu.ecc->enabled},
+             {"volatile_corrected", opt(gpu.ecc->volatile_corrected)},
+             {"volatile_uncorrected", opt(gpu.ecc->volatile_uncorrected)},
+             {"aggregate_corrected", opt(gpu.ecc->aggregate_corrected)},
+             {"aggregate_uncorrected", opt(gpu.ecc->aggregate_uncorrected)}};
+    }
+    gpus.push_back(
+        {{"index", gpu.index},
+         {"bdf", gpu.bdf},
+         {"name", gpu.name},
+         {"pcie",
+          {{"current_generation", opt(gpu.current_generation)},
+           {"current_width", opt(gpu.current_width)},
+           {"max_generation", opt(gpu.max_generation)},
+           {"max_width", opt(gpu.max_width)},
+           {"gpu_max_generation", opt(gpu.gpu_max_generation)},
+           {"tx_kbps", opt(gpu.tx_kbps)},
+           {"rx_kbps", opt(gpu.rx_kbps)},
+           {"replay_counter", opt(gpu.replay_counter)}}},
+         {"bar1_total_bytes", gpu.bar1 ? json(gpu.bar1->total_bytes) : json()},
+         {"bar1_used_bytes", gpu.bar1 ? json(gpu.bar1->used_bytes) : json()},
+         {"persistence_mode", opt(gpu.persistence_mode)},
+         {"performance_state", opt(gpu.performance_state)},
+         {"clock_event_reasons", gpu.clock_event_reasons
+                                     ? json(platform::clock_event_names(*gpu.clock_event_reasons))
+                                     : json()},
+         {"temperature_c", opt(gpu.temperature_c)},
+         {"power_w", opt(gpu.power_w)},
+         {"power_limit_w", opt(gpu.power_limit_w)},
+         {"utilization_gpu_percent", gpu.utilization ? json(gpu.utilization->gpu_percent) : json()},
+         {"ecc", ecc},
+         {"processes", processes},
+         {"problems", gpu.problems}});
+  }
+  json findings = json::array();
+  for (const auto& finding : report.findings) {
+    json evidence = json::object();
+    for (const auto& [key, value] : finding.evidence) evidence[key] = value;
+    findings.push_back({{"id", finding.id},
+                        {"severity", severity_name(finding.severity)},
+                        {"device", finding.device},
+                        {"summary", finding.summary},
+                        {"evidence", evidence},
+                        {"fix", finding.fix},
+                        {"risk", finding.risk}});
+  }
+  json processes = json::array();
+  for (const auto& process : report.processes.processes) {
+    processes.push_back(
+        {{"pid", process.pid},
+         {"name", process.comm},
+         {"state", std::string(1, process.state)},
+         {"ppid", process.ppid},
+         {"parent_name", process.parent_exists ? json(process.parent_comm) : json()},
+         {"cgroup", process.cgroup},
+         {"gpu_files", process.gpu_files}});
+  }
+  json load = json::array();
+  for (const auto& sample : report.load) {
+    load.push_back({{"bdf", sample.bdf},
+                    {"generation", opt(sample.generation)},
+                    {"width", opt(sample.width)},
+                    {"performance_state", opt(sample.performance_state)},
+                    {"status", sample.status.empty() ? json() : json(sample.status)}});
+  }
+  json vulkan_devices = json::array();
+  for (const auto& device : report.vulkan.info.devices) {
+    vulkan_devices.push_back({{"name", device.name},
+                              {"type", device.type},
+                              {"api_version", device.api_version},
+                              {"vendor_id", fmt::format("0x{:04x}", device.vendor_id)}});
+  }
+  json parameters = json::object();
+  for (const auto& [name, value] : report.system.relevant_parameters) parameters[name] = value;
+  json domain_types = json::object();
+  for (const auto& [type, count] : report.system.iommu.domain_types) domain_types[type] = count;
+  return {{"schema_version", report.schema_version},
+          {"tool", "gpuopt doctor"},
+          {"root", report.root},
+          {"recorded", report.recorded},
+          {"elapsed_ms", report.elapsed_ms},
+          {"platform",
+           {{"kernel_release", opt(report.system.kernel_release)},
+            {"aspm_policy", opt(report.system.aspm_policy)},
+            {"iommu",
+             {{"mode", report.system.iommu.mode},
+              {"group_count", report.system.iommu.group_count},
+              {"domain_types", domain_types}}},
+            {"kernel_parameters", parameters},
+            {"nvidia_kernel_driver", opt(report.system.nvidia_kernel_driver)},
+            {"pci_devices_scanned", report.pci.scanned},
+            {"problems", report.system.problems}}},
+          {"nvidia",
+           {{"available", report.nvml.available},
+            {"status", report.nvml.status.empty() ? json() : json(report.nvml.status)},
+            {"driver_version", opt(report.nvml.driver_version)},
+            {"cuda_driver_version", opt(report.nvml.cuda_driver_version)},
+            {"gpus", gpus}}},
+          {"devices", devices},
+          {"links", links},
+          {"gpu_processes", processes},
+          {"vulkan",
+           {{"probed", report.vulkan.probed},
+            {"available", report.vulkan.available},
+            {"status", report.vulkan.status.empty() ? json() : json(report.vulkan.status)},
+            {"instance_api_version",
+             report.vulkan.available ? json(report.vulkan.info.instance_api_version) : json()},
+            {"get_physical_device_properties2",
+             report.vulkan.available ? json(report.vulkan.info.get_physical_device_properties2)
+                                     : json()},
+            {"devices", vulkan_devices}}},
+          {"load", load},
+          {"findings", findings},
+          {"notes", report.notes},
+          {"exit_code", exit_code(report)}};
+}
+
+std::string render_text(const Report& report, bool color) {
+  auto paint = [&](const char* code, const std::string& text) {
+    return color ? fmt::format("\033[{}m{}\033[0m", code, text) : text;
+  };
+  std::string out;
+  out += paint("1", "gpuopt doctor") +
+         (report.recorded ? fmt::format(" (recorded machine: {})", report.root) : "") + "\n";
+  out += fmt::format("Platform: kernel {}, ASPM policy {}, IOMMU {} ({} groups)\n",
+                     report.system.kernel_release.value_or("?"),
+                     report.system.aspm_policy.value_or("?"), report.system.iommu.mode,
+                     report.system.iommu.group_count);
+  if (!report.system.relevant_parameters.empty()) {
+    std::string parameters;
+    for (const auto& [name, value] : report.system.relevant_parameters) {
+      parameters += fmt::format(" {}{}{}", name, value.empty() ? "" : "=", value);
+    }
+    out += "Kernel parameters:" + parameters + "\n";
+  }
+  if (report.nvml.available) {
+    out += fmt::format("NVIDIA driver {} (CUDA {}), {} GPU(s) via NVML\n",
+                       report.nvml.driver_version.value_or("?"),
+                       report.nvml.cuda_driver_version
+                           ? fmt::format("{}.{}", *report.nvml.cuda_driver_version / 1000,
+                                         (*report.nvml.cuda_driver_version % 1000) / 10)
+                           : "?",
+                       report.nvml.gpus.size());
+  }
+  std::string others;
+  for (const auto& [name, count] : report.pci.other_classes) {
+    others += fmt::format("{}{} {}", others.empty() ? "" : ", ", count, name);
+  }
+  out += fmt::format("PCI: {} devices scanned, {} described{}\n", report.pci.scanned,
+                     report.pci.devices.size(), others.empty() ? "" : " (others: " + others + ")");
+  for (const auto& device : report.pci.devices) {
+    out += "\n" +
+           paint("1",
+                 fmt::format("{}  {} {}", device.bdf,
+                             device.vendor_name.empty() ? fmt::format("[{:04x}]", device.vendor_id)
+                                                        : device.vendor_name,
+                             device.device_name.empty() ? fmt::format("[{:04x}]", device.device_id)
+                                                        : device.device_name)) +
+           "\n";
+    out += fmt::format("  class {} ({:06x}), driver {}, NUMA node {}, local CPUs {}\n",
+                       device.class_name.empty() ? "?" : device.class_name, device.class_code,
+                       device.driver.empty() ? "none" : device.driver,
+                       device.numa_node ? std::to_string(*device.numa_node) : "?",
+                       device.local_cpulist.empty() ? "?" : device.local_cpulist);
+    const auto& link = device.effective_link;
+    if (link.max_speed_gts || link.current_speed_gts) {
+      out += fmt::format("  PCIe link: {} {} now, {} {} max along {} hop(s)",
+                         gen(link.current_speed_gts), width(link.current_width),
+                         gen(link.max_speed_gts), width(link.max_width), device.path.size());
+      if (auto generation =
+              link.max_speed_gts ? platform::pcie_generation(*link.max_speed_gts) : std::nullopt;
+          generation && link.max_width) {
+        if (auto rate = platform::pcie_bandwidth_gbps(*generation, *link.max_width)) {
+          out += fmt::format(" ({:.1f} GB/s per direction at max)", *rate);
+        }
+      }
+      out += "\n";
+    }
+    if (device.config) {
+      const auto& config = *device.config;
+      if (config.extended_capabilities_readable) {
+        out += fmt::format("  ATS {}, AER {}, Resizable BAR {}\n",
+                           config.ats_present
+                               ? (config.ats_enabled.value_or(false) ? "enabled" : "present, off")
+                               : "absent",
+                           config.aer_present ? "present" : "absent",
+                           config.resizable_bars.empty()
+                               ? std::string("absent")
+                               : fmt::format("BAR{} {}", config.resizable_bars[0].bar_index,
+                                             bytes_text(config.resizable_bars[0].current_bytes)));
+      } else {
+        out += fmt::format("  capabilities: {} config bytes readable, needs root\n", config.length);
+      }
+    }
+    if (device.aer.correctable || device.aer.fatal || device.aer.nonfatal) {
+      out += fmt::format("  AER: correctable {}, nonfatal {}, fatal {}\n",
+                         device.aer.correctable.value_or(0), device.aer.nonfatal.value_or(0),
+                         device.aer.fatal.value_or(0));
+    }
+    if (device.iommu_group) {
+      out +=
+          fmt::format("  IOMMU group {} ({})\n", *device.iommu_group,
+                      device.iommu_domain_type.empty() ? "type unknown" : device.iommu_domain_type);
+    }
+    for (const auto& gpu : report.nvml.gpus) {
+      if (gpu.bdf != device.bdf) continue;
+      out += fmt::format(
+          "  NVML: {}, link Gen{} x{} (max Gen{} x{}), P{}, persistence {}, BAR1 {}, "
+          "replays {}\n",
+          gpu.name, gpu.current_generation.value_or(0), gpu.current_width.value_or(0),
+          gpu.max_generation.value_or(0), gpu.max_width.value_or(0),
+          gpu.performance_state.value_or(-1),
+          gpu.persistence_mode ? (*gpu.persistence_mode ? "on" : "off") : "?",
+          gpu.bar1 ? bytes_text(gpu.bar1->total_bytes) : "?",
+          gpu.replay_counter ? std::to_string(*gpu.replay_counter) : "?");
+    }
+    for (const auto& problem : device.problems) out += "  problem: " + problem + "\n";
+  }
+  if (report.vulkan.available) {
+    out += fmt::format("\nVulkan {} ({}), {} physical device(s)\n",
+                       report.vulkan.info.instance_api_version, report.vulkan.info.loader_library,
+                       report.vulkan.info.devices.size());
+    for (const auto& device : report.vulkan.info.devices) {
+      out += fmt::format("  {} ({}, API {})\n", device.name, device.type, device.api_version);
+    }
+  }
+  out += "\n" + paint("1", fmt::format("Findings: {}", report.findings.size())) + "\n";
+  for (const auto& finding : report.findings) {
+    const char* code = finding.severity == Severity::kError     ? "31"
+                       : finding.severity == Severity::kWarning ? "33"
+                                                                : "36";
+    out += fmt::format("{} {} [{}]: {}\n", paint(code, severity_name(finding.severity)), finding.id,
+                       finding.device, finding.summary);
+    for (const auto& [key, value] : finding.evidence)
+      out += fmt::format("    {} = {}\n", key, value);
+    out += "    fix: " + finding.fix + "\n";
+    out += "    risk: " + finding.risk + "\n";
+  }
+  for (const auto& note : report.notes) out += "note: " + note + "\n";
+  out += fmt::format("({:.0f} ms)\n", report.elapsed_ms);
+  return out;
+}
+
+std::string render_prometheus(const Report& report) {
+  std::string out;
+  auto metric = [&](const char* name, const char* help, const char* type) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  auto labels = [](const std::string& bdf, const std::string& name) {
+    return fmt::format("{{pci_bus_id=\"{}\",modelName=\"{}\"}}", prom_escape(bdf),
+                       prom_escape(name));
+  };
+  metric("DCGM_FI_DEV_PCIE_LINK_GEN",
+         "Current PCIe link generation (sysfs along the path, or NVML).", "gauge");
+  for (const auto& device : report.pci.devices) {
+    if (!device.effective_link.current_speed_gts) continue;
+    if (auto generation = platform::pcie_generation(*device.effective_link.current_speed_gts)) {
+      out += fmt::format("DCGM_FI_DEV_PCIE_LINK_GEN{} {}\n", labels(device.bdf, device.device_name),
+                         *generation);
+    }
+  }
+  metric("DCGM_FI_DEV_PCIE_LINK_WIDTH", "Current PCIe link width in lanes.", "gauge");
+  for (const auto& device : report.pci.devices) {
+    if (device.effective_link.current_width) {
+      out +=
+          fmt::format("DCGM_FI_DEV_PCIE_LINK_WIDTH{} {}\n", labels(device.bdf, device.device_name),
+                      *device.effective_link.current_width);
+    }
+  }
+  metric("GPUOPT_PCIE_MAX_LINK_GEN", "Maximum PCIe link generation along the path.", "gauge");
+  metric("GPUOPT_PCIE_AER_CORRECTABLE_TOTAL", "AER correctable errors since boot.", "counter");
+  metric("GPUOPT_PCIE_AER_UNCORRECTABLE_TOTAL", "AER fatal + non-fatal errors since boot.",
+         "counter");
+  for (const auto& device : report.pci.devices) {
+    std::string l = labels(device.bdf, device.device_name);
+    if (device.effective_link.max_speed_gts) {
+      if (auto generation = platform::pcie_generation(*device.effective_link.max_speed_gts)) {
+        out += fmt::format("GPUOPT_PCIE_MAX_LINK_GEN{} {}\n", l, *generation);
+      }
+    }
+    if (device.aer.correctable) {
+      out += fmt::format("GPUOPT_PCIE_AER_CORRECTABLE_TOTAL{} {}\n", l, *device.aer.correctable);
+    }
+    if (device.aer.fatal || device.aer.nonfatal) {
+      out += fmt::format("GPUOPT_PCIE_AER_UNCORRECTABLE_TOTAL{} {}\n", l,
+                         device.aer.fatal.value_or(0) + device.aer.nonfatal.value_or(0));
+    }
+  }
+  metric("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "PCIe replays (NVML).", "counter");
+  metric("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "PCIe transmit throughput in KB/s (NVML).", "gauge");
+  metric("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "PCIe receive throughput in KB/s (NVML).", "gauge");
+  metric("DCGM_FI_DEV_BAR1_TOTAL", "BAR1 size in MiB (NVML).", "gauge");
+  metric("DCGM_FI_DEV_PERSISTENCE_MODE", "1 when persistence mode is on (NVML).", "gauge");
+  metric("DCGM_FI_DEV_PSTATE", "Performance state, 0 = P0 (NVML).", "gauge");
+  metric("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Clock event reason bitmask (NVML).", "gauge");
+  metric("DCGM_FI_DEV_GPU_TEMP", "GPU temperature in C (NVML).", "gauge");
+  metric("DCGM_FI_DEV_POWER_USAGE", "Power draw in W (NVML).", "gauge");
+  for (const auto& gpu : report.nvml.gpus) {
+    std::string l = labels(gpu.bdf, gpu.name);
+    if (gpu.replay_counter)
+      out += fmt::format("DCGM_FI_DEV_PCIE_REPLAY_COUNTER{} {}\n", l, *gpu.replay_counter);
+    if (gpu.tx_kbps) out += fmt::format("DCGM_FI_DEV_PCIE_TX_THROUGHPUT{} {}\n", l, *gpu.tx_kbps);
+    if (gpu.rx_kbps) out += fmt::format("DCGM_FI_DEV_PCIE_RX_THROUGHPUT{} {}\n", l, *gpu.rx_kbps);
+    if (gpu.bar1)
+      out += fmt::format("DCGM_FI_DEV_BAR1_TOTAL{} {}\n", l, gpu.bar1->total_bytes >> 20);
+    if (gpu.persistence_mode) {
+      out += fmt::format("DCGM_FI_DEV_PERSISTENCE_MODE{} {}\n", l, *gpu.persistence_mode ? 1 : 0);
+    }
+    if (gpu.performance_state)
+      out += fmt::format("DCGM_FI_DEV_PSTATE{} {}\n", l, *gpu.performance_state);
+    if (gpu.clock_event_reasons) {
+      out += fmt::format("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{} {}\n", l, *gpu.clock_event_reasons);
+    }
+    if (gpu.temperature_c) out += fmt::format("DCGM_FI_DEV_GPU_TEMP{} {}\n", l, *gpu.temperature_c);
+    if (gpu.power_w) out += fmt::format("DCGM_FI_DEV_POWER_USAGE{} {:.3f}\n", l, *gpu.power_w);
+  }
+  metric("GPUOPT_DOCTOR_FINDINGS", "Findings of gpuopt doctor by id and severity.", "gauge");
+  std::map<std::pair<std::string, std::string>, int> counts;
+  for (const auto& finding : report.findings) {
+    ++counts[{finding.id, severity_name(finding.severity)}];
+  }
+  for (const auto& [key, count] : counts) {
+    out += fmt::format("GPUOPT_DOCTOR_FINDINGS{{id=\"{}\",severity=\"{}\"}} {}\n", key.first,
+                       key.second, count);
+  }
+  return out;
+}
+
+}  // namespace gpuopt::doctor

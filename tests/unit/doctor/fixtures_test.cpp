@@ -1,0 +1,181 @@
+// Each recorded machine under tests/data/doctor must produce exactly the findings it should.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "common/test_support.hpp"
+#include "gpuopt/doctor/doctor.hpp"
+
+namespace gpuopt::doctor {
+namespace {
+
+using Expected = std::multiset<std::pair<std::string, std::string>>;  // (id, severity)
+
+Report judged(const std::string& machine) {
+  Options options;
+  options.root = gpuopt::testing::test_data_dir() + "/doctor/" + machine;
+  auto report = collect(options);
+  EXPECT_TRUE(report.ok()) << report.status().to_string();
+  if (!report.ok()) return {};
+  judge(*report);
+  return std::move(report).value();
+}
+
+Expected findings_of(const Report& report) {
+  Expected out;
+  for (const auto& finding : report.findings) {
+    out.emplace(finding.id, severity_name(finding.severity));
+  }
+  return out;
+}
+
+std::string describe(const Report& report) {
+  std::string text;
+  for (const auto& finding : report.findings) {
+    text += finding.id + "/" + severity_name(finding.severity) + " [" + finding.device + "] " +
+            finding.summary + "\n";
+  }
+  return text;
+}
+
+TEST(DoctorFixtures, HealthyH200HasNoFindings) {
+  Report report = judged("h200-healthy");
+  EXPECT_EQ(findings_of(report), Expected{}) << describe(report);
+  EXPECT_EQ(exit_code(report), 0);
+  ASSERT_EQ(report.pci.devices.size(), 1u);  // the root port is a bridge, not described
+  const auto& gpu = report.pci.devices[0];
+  EXPECT_EQ(gpu.bdf, "0000:17:00.0");
+  EXPECT_EQ(gpu.vendor_id, 0x10de);
+  EXPECT_EQ(gpu.device_id, 0x2335);
+  EXPECT_EQ(gpu.driver, "nvidia");
+  EXPECT_EQ(gpu.numa_node, 0);
+  EXPECT_EQ(gpu.local_cpulist, "0-47");
+  EXPECT_EQ(gpu.path.size(), 2u);
+  EXPECT_DOUBLE_EQ(*gpu.effective_link.current_speed_gts, 32.0);
+  EXPECT_EQ(*gpu.effective_link.current_width, 16);
+  ASSERT_TRUE(gpu.config.has_value());
+  EXPECT_TRUE(gpu.config->ats_present);
+  ASSERT_EQ(gpu.config->resizable_bars.size(), 1u);
+  EXPECT_EQ(gpu.config->resizable_bars[0].current_bytes, std::uint64_t{256} << 30);
+  EXPECT_EQ(report.system.iommu.mode, "passthrough");
+  EXPECT_EQ(report.system.aspm_policy, "default");
+  EXPECT_EQ(report.system.relevant_parameters.at("iommu"), "pt");
+}
+
+TEST(DoctorFixtures, LaptopDgpuBelowMaxIsInfoBecausePowerStateIsUnknown) {
+  Report report = judged("laptop-igpu-dgpu");
+  EXPECT_EQ(findings_of(report), (Expected{{"pcie.link_downgraded", "info"}})) << describe(report);
+  EXPECT_EQ(exit_code(report), 0);
+  ASSERT_EQ(report.pci.devices.size(), 2u);
+  EXPECT_EQ(report.pci.devices[0].bdf, "0000:00:02.0");  // iGPU: no PCIe link of its own
+  EXPECT_EQ(report.pci.devices[0].driver, "i915");
+  EXPECT_EQ(report.findings[0].device, "0000:01:00.0");
+  // Recorded without root: the note says what needs root.
+  bool needs_root = std::any_of(report.notes.begin(), report.notes.end(), [](const auto& note) {
+    return note.find("0000:01:00.0") != std::string::npos && note.find("root") != std::string::npos;
+  });
+  EXPECT_TRUE(needs_root);
+}
+
+TEST(DoctorFixtures, AspmPowersaveIsOneSystemWarning) {
+  Report report = judged("aspm-powersave");
+  EXPECT_EQ(findings_of(report), (Expected{{"pcie.aspm_policy", "warning"}})) << describe(report);
+  EXPECT_EQ(report.findings[0].device, "system");
+  EXPECT_EQ(exit_code(report), 1);
+}
+
+TEST(DoctorFixtures, IommuTranslatedMode) {
+  Report report = judged("iommu-translated");
+  EXPECT_EQ(findings_of(report), (Expected{{"iommu.translated_mode", "warning"},
+                                           {"pcie.ats_disabled", "info"},
+                                           {"pcie.acs_redirect", "info"}}))
+      << describe(report);
+  EXPECT_EQ(report.system.iommu.mode, "translated");
+  EXPECT_EQ(exit_code(report), 1);
+}
+
+TEST(DoctorFixtures, AerErrors) {
+  Report report = judged("aer-errors");
+  EXPECT_EQ(findings_of(report), (Expected{{"pcie.aer_errors", "warning"}})) << describe(report);
+  const auto& evidence = report.findings[0].evidence;
+  auto correctable = std::find_if(evidence.begin(), evidence.end(),
+                                  [](const auto& item) { return item.first == "correctable"; });
+  ASSERT_NE(correctable, evidence.end());
+  EXPECT_EQ(correctable->second, "37");
+}
+
+TEST(DoctorFixtures, ZombieHoldingTheGpuIsNamedWithItsParent) {
+  Report report = judged("zombie-holding-gpu");
+  EXPECT_EQ(findings_of(report), (Expected{{"gpu.context_leak", "error"}})) << describe(report);
+  EXPECT_EQ(exit_code(report), 2);
+  const Finding& leak = report.findings[0];
+  EXPECT_EQ(leak.device, "pid 4242");
+  EXPECT_NE(leak.summary.find("python3"), std::string::npos);
+  EXPECT_NE(leak.fix.find("kill -TERM 4100"), std::string::npos) << leak.fix;
+  // The healthy daemon holding /dev/nvidiactl was seen but is not a leak.
+  EXPECT_EQ(report.processes.processes.size(), 2u);
+}
+
+TEST(DoctorFixtures, JsonAndPrometheusCarryTheSameFindings) {
+  Report report = judged("iommu-translated");
+  auto json = to_json(report);
+  EXPECT_EQ(json["schema_version"], kSchemaVersion);
+  EXPECT_EQ(json["findings"].size(), report.findings.size());
+  EXPECT_EQ(json["devices"].size(), 1u);
+  EXPECT_EQ(json["links"][0]["path"].size(), 2u);
+  std::string prometheus = render_prometheus(report);
+  EXPECT_NE(prometheus.find("DCGM_FI_DEV_PCIE_LINK_GEN{pci_bus_id=\"0000:17:00.0\""),
+            std::string::npos);
+  EXPECT_NE(prometheus.find(
+                "GPUOPT_DOCTOR_FINDINGS{id=\"iommu.translated_mode\",severity=\"warning\"} 1"),
+            std::string::npos);
+  std::string text = render_text(report, /*color=*/false);
+  EXPECT_EQ(text.find("\033["), std::string::npos);
+  EXPECT_NE(text.find("iommu.translated_mode"), std::string::npos);
+}
+
+TEST(DoctorFixtures, MissingRootIsAToolError) {
+  Options options;
+  options.root = gpuopt::testing::test_data_dir() + "/doctor/no-such-machine";
+  auto report = collect(options);
+  EXPECT_FALSE(report.ok());
+}
+
+TEST(DoctorWatch, CountsLinkChanges) {
+  std::vector<WatchSample> samples(4);
+  samples[0].speed_gts = 32.0;
+  samples[1].speed_gts = 2.5;
+  samples[2].speed_gts = 2.5;
+  samples[3].speed_gts = 32.0;
+  EXPECT_EQ(count_link_changes(samples), 2);
+  samples[2].width = 8;
+  EXPECT_EQ(count_link_changes(samples), 3);
+}
+
+TEST(DoctorWatch, RejectsBadIntervals) {
+  Options options;
+  options.root = gpuopt::testing::test_data_dir() + "/doctor/h200-healthy";
+  Report report;
+  EXPECT_FALSE(watch(options, report, 0, 1).ok());
+  EXPECT_FALSE(watch(options, report, 2, 1).ok());
+}
+
+TEST(DoctorWatch, RecordedMachineSamplesWithoutFindings) {
+  Options options;
+  options.root = gpuopt::testing::test_data_dir() + "/doctor/h200-healthy";
+  auto report = collect(options);
+  ASSERT_TRUE(report.ok());
+  judge(*report);
+  auto result = watch(options, *report, 0.05, 0.15);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  ASSERT_EQ(result->devices.size(), 1u);
+  EXPECT_GE(result->devices[0].samples, 3);
+  EXPECT_EQ(result->devices[0].link_changes, 0);
+  EXPECT_TRUE(report->findings.empty());
+}
+
+}  // namespace
+}  // namespace gpuopt::doctor

@@ -1,0 +1,84 @@
+// `gpuopt doctor`: diagnose the GPU platform (PCIe, IOMMU, ASPM, NVML, leaks, Vulkan); read-only.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "command_registry.hpp"
+#include "gpuopt/doctor/doctor.hpp"
+
+namespace {
+
+struct DoctorArguments {
+  std::string root = "/";
+  bool json = false;
+  bool prometheus = false;
+  bool all = false;
+  bool load = false;
+  bool no_vulkan = false;
+  double watch_s = 0;
+  double duration_s = 0;
+};
+
+int run_doctor(const DoctorArguments& arguments) {
+  using namespace gpuopt::doctor;
+  Options options;
+  options.root = arguments.root;
+  options.all_devices = arguments.all;
+  options.load = arguments.load;
+  options.use_vulkan = !arguments.no_vulkan;
+  auto collected = collect(options);
+  if (!collected.ok()) {
+    std::fprintf(stderr, "gpuopt doctor: %s\n", collected.status().to_string().c_str());
+    return gpuopt::cli::kExitToolFailed;
+  }
+  Report report = std::move(collected).value();
+  judge(report);
+  std::optional<WatchResult> watched;
+  if (arguments.watch_s > 0) {
+    double duration = arguments.duration_s > 0 ? arguments.duration_s : arguments.watch_s * 10;
+    auto result = watch(options, report, arguments.watch_s, duration);
+    if (!result.ok()) {
+      std::fprintf(stderr, "gpuopt doctor: %s\n", result.status().to_string().c_str());
+      return gpuopt::cli::kExitToolFailed;
+    }
+    watched = std::move(result).value();
+  }
+  if (arguments.json) {
+    auto json = to_json(report);
+    if (watched) json["watch"] = watch_to_json(*watched);
+    std::fputs((json.dump(2) + "\n").c_str(), stdout);
+  } else if (arguments.prometheus) {
+    std::fputs(render_prometheus(report).c_str(), stdout);
+  } else {
+    std::fputs(render_text(report, gpuopt::cli::use_color(STDOUT_FILENO)).c_str(), stdout);
+    if (watched) std::fputs(render_watch_text(*watched).c_str(), stdout);
+  }
+  return exit_code(report);
+}
+
+GPUOPT_REGISTER_COMMAND("", 10, [](CLI::App& parent, int& exit_code) {
+  auto arguments = std::make_shared<DoctorArguments>();
+  CLI::App* command = parent.add_subcommand(
+      "doctor",
+      "Diagnose the GPU platform: PCIe links, IOMMU, ASPM, NVML, leaked contexts, Vulkan");
+  command
+      ->add_option("--root", arguments->root,
+                   "Read /sys, /proc and /etc under DIR (a recorded machine; no NVML)")
+      ->check(CLI::ExistingDirectory);
+  auto* json =
+      command->add_flag("--json", arguments->json, "JSON (docs/schemas/doctor.schema.json)");
+  command->add_flag("--prometheus", arguments->prometheus, "Prometheus text exposition")
+      ->excludes(json);
+  command->add_flag("--all", arguments->all,
+                    "Describe every PCI device, not only GPUs/accelerators");
+  command->add_flag("--load", arguments->load,
+                    "Judge the link under a short GPU load (launches a 0.5 s spin kernel)");
+  command->add_flag("--no-vulkan", arguments->no_vulkan, "Skip the Vulkan probe");
+  command->add_option("--watch", arguments->watch_s, "Sample every SECONDS")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--duration", arguments->duration_s, "Watch for SECONDS (default 10 samples)")
+      ->check(CLI::PositiveNumber);
+  command->callback([arguments, &exit_code] { exit_code = run_doctor(*arguments); });
+});
+
+}  // namespace
