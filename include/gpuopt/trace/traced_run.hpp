@@ -1,0 +1,45 @@
+// `gpuopt trace -- CMD`: runs a command with the CUPTI injection library loaded into it
+// (CUDA_INJECTION64_PATH), samples NVML GPU-Util meanwhile, and gathers the records its processes
+// wrote at exit.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpuopt/core/status.hpp"
+#include "gpuopt/trace/summary.hpp"
+#include "gpuopt/trace/trace_types.hpp"
+
+namespace gpuopt::trace {
+
+// Environment variables shared by gpuopt and the injection library.
+inline constexpr const char* kRecordDirEnv =
+    "GPUOPT_TRACE_RECORD_DIR";  // where records-<pid>.json go
+inline constexpr const char* kInjectLibraryEnv = "GPUOPT_TRACE_INJECT";  // override the .so path
+inline constexpr const char* kDriverApiEnv = "GPUOPT_TRACE_DRIVER_API";  // "1": trace driver calls
+
+struct TracedRunOptions {
+  std::vector<std::string> command;  // argv; command[0] is looked up in PATH
+  std::string injection_library;     // absolute path of libgpuopt_trace_inject.so
+  double nvml_period_s = 0.1;
+  bool driver_api = false;
+};
+
+struct TracedRun {
+  int exit_status = 0;                // the command's, or 128 + signal
+  std::optional<TraceData> trace;     // nullopt when no process wrote records
+  std::vector<std::string> warnings;  // unreadable record files, NVML trouble
+  std::vector<UtilizationSample> nvml_samples;
+  std::optional<std::string> nvml_unavailable_reason;
+};
+
+// Finds libgpuopt_trace_inject.so: $GPUOPT_TRACE_INJECT, else next to `executable_path`, else in
+// ../bin, ../lib and ../../bin (the build tree) relative to it. NOT_FOUND naming every place tried.
+StatusOr<std::string> find_injection_library(const std::string& executable_path);
+
+// Runs the command to completion. An error only when the tool itself fails (cannot create the
+// record directory, fork, or the command cannot be executed: NOT_FOUND).
+StatusOr<TracedRun> run_traced(const TracedRunOptions& options);
+
+}  // namespace gpuopt::trace

@@ -1,0 +1,59 @@
+// Names of activity kinds and copy directions, as they appear in JSON and in the trace viewer.
+#include "gpuopt/trace/trace_types.hpp"
+
+#include <array>
+#include <utility>
+
+namespace gpuopt::trace {
+namespace {
+
+constexpr std::array<std::pair<ActivityKind, std::string_view>, 7> kKindNames = {{
+    {ActivityKind::kKernel, "kernel"},
+    {ActivityKind::kMemcpy, "memcpy"},
+    {ActivityKind::kMemset, "memset"},
+    {ActivityKind::kRuntimeApi, "runtime_api"},
+    {ActivityKind::kDriverApi, "driver_api"},
+    {ActivityKind::kNvtxRange, "nvtx_range"},
+    {ActivityKind::kSynchronization, "synchronization"},
+}};
+
+constexpr std::array<std::pair<CopyDirection, std::string_view>, 6> kDirectionNames = {{
+    {CopyDirection::kHostToDevice, "H2D"},
+    {CopyDirection::kDeviceToHost, "D2H"},
+    {CopyDirection::kDeviceToDevice, "D2D"},
+    {CopyDirection::kHostToHost, "H2H"},
+    {CopyDirection::kPeerToPeer, "P2P"},
+    {CopyDirection::kUnknown, "unknown"},
+}};
+
+}  // namespace
+
+std::string_view activity_kind_name(ActivityKind kind) {
+  for (const auto& [value, name] : kKindNames) {
+    if (value == kind) return name;
+  }
+  return "unknown";
+}
+
+std::string_view copy_direction_name(CopyDirection direction) {
+  for (const auto& [value, name] : kDirectionNames) {
+    if (value == direction) return name;
+  }
+  return "unknown";
+}
+
+std::optional<ActivityKind> parse_activity_kind(std::string_view name) {
+  for (const auto& [value, known] : kKindNames) {
+    if (known == name) return value;
+  }
+  return std::nullopt;
+}
+
+std::optional<CopyDirection> parse_copy_direction(std::string_view name) {
+  for (const auto& [value, known] : kDirectionNames) {
+    if (known == name) return value;
+  }
+  return std::nullopt;
+}
+
+}  // namespace gpuopt::trace

@@ -1,0 +1,281 @@
+// `gpuopt trace -- CMD`: fork/exec with the injection library in the environment, NVML sampling on
+// a thread while the command runs, then the per-process record files merged into one trace.
+#include "gpuopt/trace/traced_run.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/platform/nvml.hpp"
+#include "gpuopt/trace/record_file.hpp"
+
+namespace gpuopt::trace {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kInjectionFileName = "libgpuopt_trace_inject.so";
+
+std::uint64_t realtime_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000ull +
+         static_cast<std::uint64_t>(now.tv_nsec);
+}
+
+// CUDA ordinal -> NVML device, matched by PCI bus id so CUDA_VISIBLE_DEVICES and
+// CUDA_DEVICE_ORDER cannot pair the wrong GPUs.
+struct SampledDevice {
+  std::uint32_t cuda_ordinal = 0;
+  platform::NvmlDevice nvml;
+};
+
+StatusOr<std::vector<SampledDevice>> devices_to_sample() {
+  GPUOPT_ASSIGN_OR_RETURN(const platform::Nvml* nvml, platform::Nvml::instance());
+  std::vector<SampledDevice> devices;
+#if GPUOPT_CUDA
+  auto count = cuda_device_count();
+  if (!count.ok()) return count.status();
+  for (int ordinal = 0; ordinal < *count; ++ordinal) {
+    char bus_id[32] = {};
+    GPUOPT_CUDA_TRY(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), ordinal));
+    GPUOPT_ASSIGN_OR_RETURN(platform::NvmlDevice device, nvml->device_by_pci_bus_id(bus_id));
+    devices.push_back({static_cast<std::uint32_t>(ordinal), device});
+  }
+#else
+  GPUOPT_ASSIGN_OR_RETURN(unsigned count, nvml->device_count());
+  for (unsigned index = 0; index < count; ++index) {
+    GPUOPT_ASSIGN_OR_RETURN(platform::NvmlDevice device, nvml->device_by_index(index));
+    devices.push_back({index, device});
+  }
+#endif
+  if (devices.empty()) return unavailable("no GPU to sample");
+  return devices;
+}
+
+class UtilizationSampler {
+ public:
+  UtilizationSampler(std::vector<SampledDevice> devices, double period_s)
+      : devices_(std::move(devices)),
+        period_(std::chrono::microseconds(static_cast<long>(std::max(0.01, period_s) * 1e6))) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~UtilizationSampler() { finish(); }
+
+  void finish() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  std::vector<UtilizationSample> samples() const { return samples_; }
+  std::optional<std::string> error() const { return error_; }
+
+ private:
+  void loop() {
+    auto nvml = platform::Nvml::instance();
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      for (const SampledDevice& device : devices_) {
+        auto utilization = (*nvml)->utilization(device.nvml);
+        if (utilization.ok()) {
+          samples_.push_back({realtime_ns(), device.cuda_ordinal, utilization->gpu_percent});
+        } else if (!error_) {
+          error_ = utilization.status().to_string();
+        }
+      }
+      wake_.wait_for(lock, period_, [this] { return stopping_; });
+    }
+  }
+
+  std::vector<SampledDevice> devices_;
+  std::chrono::microseconds period_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::vector<UtilizationSample> samples_;
+  std::optional<std::string> error_;
+  std::thread thread_;
+};
+
+// Restores SIGINT/SIGQUIT on scope exit: while the command runs, Ctrl-C should end the command
+// (same process group) and leave gpuopt alive to write what it traced.
+class IgnoreInterrupts {
+ public:
+  IgnoreInterrupts() {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGINT, &ignore, &old_int_);
+    sigaction(SIGQUIT, &ignore, &old_quit_);
+  }
+  ~IgnoreInterrupts() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGQUIT, &old_quit_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_quit_ {};
+};
+
+}  // namespace
+
+StatusOr<std::string> find_injection_library(const std::string& executable_path) {
+  std::vector<std::string> tried;
+  if (const char* override_path = std::getenv(kInjectLibraryEnv);
+      override_path != nullptr && *override_path != '\0') {
+    if (access(override_path, R_OK) == 0) return fs::absolute(override_path).string();
+    return not_found(
+        fmt::format("{}={} does not name a readable file", kInjectLibraryEnv, override_path));
+  }
+  const fs::path directory = fs::path(executable_path).parent_path();
+  for (const fs::path& candidate :
+       {directory / kInjectionFileName, directory / ".." / "bin" / kInjectionFileName,
+        directory / ".." / "lib" / kInjectionFileName,
+        // The build tree: tools/gpuopt/gpuopt and bin/libgpuopt_trace_inject.so.
+        directory / ".." / ".." / "bin" / kInjectionFileName}) {
+    if (access(candidate.c_str(), R_OK) == 0) return fs::weakly_canonical(candidate).string();
+    tried.push_back(candidate.lexically_normal().string());
+  }
+  std::string list;
+  for (const std::string& path : tried) list += (list.empty() ? "" : ", ") + path;
+  return not_found(fmt::format("{} not found (tried {}; set {} to its path)", kInjectionFileName,
+                               list, kInjectLibraryEnv));
+}
+
+StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
+  if (options.command.empty()) return invalid_argument("no command to trace");
+  if (options.injection_library.empty() || options.injection_library[0] != '/') {
+    return invalid_argument("the injection library path must be absolute");
+  }
+  char directory_template[] = "/tmp/gpuopt-trace-XXXXXX";
+  if (mkdtemp(directory_template) == nullptr) {
+    return unavailable(
+        fmt::format("cannot create a record directory in /tmp: {}", std::strerror(errno)));
+  }
+  const std::string record_directory = directory_template;
+
+  TracedRun run;
+  std::optional<UtilizationSampler> sampler;
+  if (auto devices = devices_to_sample(); devices.ok()) {
+    sampler.emplace(std::move(*devices), options.nvml_period_s);
+  } else {
+    run.nvml_unavailable_reason = devices.status().to_string();
+  }
+
+  // The child reports an exec failure through a close-on-exec pipe: success closes it unread.
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    return unavailable(fmt::format("pipe2 failed: {}", std::strerror(errno)));
+  }
+  std::vector<char*> argv;
+  for (const std::string& argument : options.command)
+    argv.push_back(const_cast<char*>(argument.c_str()));
+  argv.push_back(nullptr);
+
+  std::optional<IgnoreInterrupts> ignore_interrupts;
+  ignore_interrupts.emplace();
+  const pid_t child = fork();
+  if (child < 0) {
+    close(exec_pipe[0]);
+    close(exec_pipe[1]);
+    return unavailable(fmt::format("fork failed: {}", std::strerror(errno)));
+  }
+  if (child == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGQUIT, SIG_DFL);
+    close(exec_pipe[0]);
+    setenv("CUDA_INJECTION64_PATH", options.injection_library.c_str(), 1);
+    setenv(kRecordDirEnv, record_directory.c_str(), 1);
+    if (options.driver_api) setenv(kDriverApiEnv, "1", 1);
+    execvp(argv[0], argv.data());
+    const int error = errno;
+    [[maybe_unused]] ssize_t written = write(exec_pipe[1], &error, sizeof(error));
+    _exit(127);
+  }
+  close(exec_pipe[1]);
+  int exec_error = 0;
+  ssize_t got;
+  do {
+    got = read(exec_pipe[0], &exec_error, sizeof(exec_error));
+  } while (got < 0 && errno == EINTR);
+  close(exec_pipe[0]);
+
+  int wait_status = 0;
+  while (waitpid(child, &wait_status, 0) < 0) {
+    if (errno != EINTR) {
+      run.warnings.push_back(fmt::format("waitpid failed: {}", std::strerror(errno)));
+      break;
+    }
+  }
+  ignore_interrupts.reset();
+  if (sampler) {
+    sampler->finish();
+    run.nvml_samples = sampler->samples();
+    if (auto error = sampler->error(); error && run.nvml_samples.empty()) {
+      run.nvml_unavailable_reason = *error;
+    }
+  }
+  if (got == static_cast<ssize_t>(sizeof(exec_error))) {
+    std::error_code ignored;
+    fs::remove_all(record_directory, ignored);
+    return not_found(
+        fmt::format("cannot run '{}': {}", options.command[0], std::strerror(exec_error)));
+  }
+  if (WIFEXITED(wait_status)) {
+    run.exit_status = WEXITSTATUS(wait_status);
+  } else if (WIFSIGNALED(wait_status)) {
+    run.exit_status = 128 + WTERMSIG(wait_status);
+    run.warnings.push_back(
+        fmt::format("'{}' was killed by signal {} ({}); processes that did not "
+                    "exit normally wrote no records",
+                    options.command[0], WTERMSIG(wait_status), strsignal(WTERMSIG(wait_status))));
+  }
+
+  std::vector<TraceData> parts;
+  std::error_code list_error;
+  for (const auto& entry : fs::directory_iterator(record_directory, list_error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("records-") && name.ends_with(".json")) {
+      auto part = read_record_file(entry.path().string());
+      if (part.ok()) {
+        parts.push_back(std::move(*part));
+      } else {
+        run.warnings.push_back(part.status().to_string());
+      }
+    } else if (name.starts_with("error-")) {
+      std::ifstream in(entry.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      std::string message = text.str();
+      while (!message.empty() && message.back() == '\n') message.pop_back();
+      run.warnings.push_back(
+          fmt::format("tracing process {}: {}", name.substr(6, name.size() - 10), message));
+    }
+  }
+  std::error_code ignored;
+  fs::remove_all(record_directory, ignored);
+  if (!parts.empty()) run.trace = merge_traces(std::move(parts));
+  return run;
+}
+
+}  // namespace gpuopt::trace

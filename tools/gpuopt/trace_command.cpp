@@ -1,0 +1,124 @@
+// `gpuopt trace [--out FILE] [--summary-json FILE] -- CMD ARGS...`: traces a command through the
+// CUPTI injection library, writes a Chrome trace and prints busy time beside NVML GPU-Util.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "command_registry.hpp"
+#include "gpuopt/core/subprocess.hpp"
+#include "gpuopt/trace/chrome_trace.hpp"
+#include "gpuopt/trace/record_file.hpp"
+#include "gpuopt/trace/summary.hpp"
+#include "gpuopt/trace/traced_run.hpp"
+#include "gpuopt/trace/tracer.hpp"
+
+namespace gpuopt::cli {
+namespace {
+
+struct TraceArgs {
+  std::string out = "gpuopt-trace.json";
+  std::string summary_json;
+  std::string records_json;
+  double nvml_period_s = 0.1;
+  bool driver_api = false;
+  std::vector<std::string> command;
+};
+
+int run_trace(const TraceArgs& args) {
+  if (!trace::Tracer::built_with_cupti()) {
+    std::fprintf(stderr,
+                 "gpuopt trace: this gpuopt was built without CUDA, so it has no CUPTI tracer; "
+                 "nothing was run\n");
+    return kExitToolFailed;
+  }
+  auto executable = current_executable();
+  if (!executable.ok()) {
+    std::fprintf(stderr, "gpuopt trace: %s\n", executable.status().to_string().c_str());
+    return kExitToolFailed;
+  }
+  auto library = trace::find_injection_library(*executable);
+  if (!library.ok()) {
+    std::fprintf(stderr, "gpuopt trace: %s\n", library.status().to_string().c_str());
+    return kExitToolFailed;
+  }
+  trace::TracedRunOptions options;
+  options.command = args.command;
+  options.injection_library = *library;
+  options.nvml_period_s = args.nvml_period_s;
+  options.driver_api = args.driver_api;
+  auto run = trace::run_traced(options);
+  if (!run.ok()) {
+    std::fprintf(stderr, "gpuopt trace: %s\n", run.status().to_string().c_str());
+    return run.status().code() == StatusCode::kNotFound ? kExitErrors : kExitToolFailed;
+  }
+  for (const std::string& warning : run->warnings) {
+    std::fprintf(stderr, "gpuopt trace: warning: %s\n", warning.c_str());
+  }
+  // The command's own status is what scripts wrapping `gpuopt trace` need to see.
+  const int status = run->exit_status;
+  if (!run->trace) {
+    std::fprintf(
+        stderr,
+        "gpuopt trace: nothing was traced: no process of '%s' initialised CUDA (no GPU, "
+        "no driver, or the program does not use CUDA); exit status is the command's (%d)\n",
+        args.command[0].c_str(), status);
+    return status;
+  }
+  const trace::TraceData& data = *run->trace;
+  trace::SummaryOptions summary_options;
+  summary_options.nvml_samples = run->nvml_samples;
+  summary_options.nvml_unavailable_reason = run->nvml_unavailable_reason;
+  const trace::TraceSummary summary = trace::summarize(data, summary_options);
+
+  int tool_status = kExitOk;
+  if (Status written = trace::write_chrome_trace(data, args.out); !written.ok()) {
+    std::fprintf(stderr, "gpuopt trace: %s\n", written.to_string().c_str());
+    tool_status = kExitToolFailed;
+  }
+  if (!args.summary_json.empty()) {
+    std::ofstream out(args.summary_json);
+    out << trace::to_json(summary).dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "gpuopt trace: cannot write %s\n", args.summary_json.c_str());
+      tool_status = kExitToolFailed;
+    }
+  }
+  if (!args.records_json.empty()) {
+    if (Status written = trace::write_record_file(data, args.records_json); !written.ok()) {
+      std::fprintf(stderr, "gpuopt trace: %s\n", written.to_string().c_str());
+      tool_status = kExitToolFailed;
+    }
+  }
+  std::fputs(trace::render_text(summary).c_str(), stdout);
+  if (tool_status == kExitOk) {
+    std::printf("Chrome trace: %s (open in https://ui.perfetto.dev)\n", args.out.c_str());
+  }
+  return tool_status != kExitOk ? tool_status : status;
+}
+
+GPUOPT_REGISTER_COMMAND("", 40, [](CLI::App& parent, int& exit_code) {
+  auto args = std::make_shared<TraceArgs>();
+  CLI::App* command = parent.add_subcommand(
+      "trace",
+      "Trace a CUDA program (PyTorch included) with CUPTI: Chrome trace + busy time vs NVML. "
+      "Exit status: the command's own, or 3 when gpuopt itself fails");
+  command->add_option("--out", args->out, "Chrome trace JSON to write (open it in Perfetto)")
+      ->capture_default_str();
+  command->add_option("--summary-json", args->summary_json, "Also write the summary as JSON");
+  command->add_option("--records-json", args->records_json,
+                      "Also write the raw activity records (gpuopt's record file)");
+  command->add_option("--nvml-period", args->nvml_period_s, "NVML GPU-Util sampling period, s")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 10.0));
+  command->add_flag("--driver-api", args->driver_api, "Also trace CUDA driver API calls");
+  command->add_option("command", args->command, "The command to trace, after --")
+      ->required()
+      ->expected(1, -1);
+  command->callback([args, &exit_code] { exit_code = run_trace(*args); });
+});
+
+}  // namespace
+}  // namespace gpuopt::cli
