@@ -25,7 +25,10 @@ TEST(PartitionGpu, CriticalAndBackgroundPartitions) {
   auto critical = *(*plan)->workload("critical");
   auto background = *(*plan)->workload("background");
   EXPECT_GE(critical->sm_count(), 8);
-  EXPECT_EQ(critical->sm_count() + background->sm_count(), device->sm_count());
+  // The driver may keep a few SMs out of the groups for alignment, never more than one group's
+  // worth.
+  EXPECT_LE(critical->sm_count() + background->sm_count(), device->sm_count());
+  EXPECT_GE(background->sm_count(), device->sm_count() - critical->sm_count() - 8);
 
   // While the plan is active, streams only come from it.
   EXPECT_EQ(Stream::create(*device).status().code(), StatusCode::kFailedPrecondition);

@@ -1,0 +1,54 @@
+// `gpuopt bench streams [--json] [--quick]`: critical-task latency under background load per
+// isolation mode (priority streams, SM partitions), and eager launch vs CUDA Graph replay.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command_registry.hpp"
+#include "gpuopt/bench/streams.hpp"
+
+namespace gpuopt::cli {
+namespace {
+
+struct StreamsArgs {
+  bool json = false;
+  bool quick = false;
+  int samples = 0;
+  int device = 0;
+  std::vector<std::string> only;
+};
+
+int run_bench_streams(const StreamsArgs& args) {
+  bench::BenchOptions options;
+  options.quick = args.quick;
+  options.samples = args.samples;
+  options.device = args.device;
+  options.only = args.only;
+  bench::BenchContext context(options);
+  const bench::Suite suite = bench::streams::make_suite();
+  const std::vector<bench::TestcaseResult> results = suite.run(context);
+  if (args.json) {
+    std::printf("%s\n", bench::to_json(suite.name(), results).dump(2).c_str());
+  } else {
+    std::printf("%s", bench::render_text(suite.name(), results).c_str());
+  }
+  return bench::streams::exit_code_for(results);
+}
+
+GPUOPT_REGISTER_COMMAND("bench", 45, [](CLI::App& parent, int& exit_code) {
+  auto args = std::make_shared<StreamsArgs>();
+  CLI::App* command = parent.add_subcommand(
+      "streams",
+      "Critical-task latency vs background kernels per isolation mode (same stream, priorities, "
+      "SM partition) and eager launch vs CUDA Graph replay");
+  command->add_flag("--json", args->json, "JSON on stdout instead of text");
+  command->add_flag("--quick", args->quick, "0.4 s per mode instead of 2 s (under 10 s in all)");
+  command->add_option("--samples", args->samples, "graph_launch samples (default 15, quick 5)");
+  command->add_option("--device", args->device, "CUDA device ordinal");
+  command->add_option("--only", args->only, "testcases to run: contention, graph_launch");
+  command->callback([args, &exit_code] { exit_code = run_bench_streams(*args); });
+});
+
+}  // namespace
+}  // namespace gpuopt::cli
