@@ -69,17 +69,17 @@ std::string gbps(double value) { return fmt::format("{:.2f}", value); }
 
 // Back-to-back copies per sample: enough that per-copy overhead does not dominate small sizes, one
 // for the largest so a sample stays short.
-int copies_per_sample(std::size_t bytes) {
+[[maybe_unused]] int copies_per_sample(std::size_t bytes) {
   std::size_t copies = (512ull << 20) / std::max<std::size_t>(bytes, 1);
   return static_cast<int>(std::clamp<std::size_t>(copies, 1, 16));
 }
 
-std::uint64_t fresh_seed() {
+[[maybe_unused]] std::uint64_t fresh_seed() {
   std::random_device device;
   return (static_cast<std::uint64_t>(device()) << 32) ^ device();
 }
 
-LinkInfo detect_link(const std::string& bdf) {
+[[maybe_unused]] LinkInfo detect_link(const std::string& bdf) {
   LinkInfo link;
   link.bus_id = bdf;
   auto path = platform::read_link_path("/", bdf);
