@@ -724,7 +724,20 @@ class LinkVerdict : public PcieTestcase {
   }
 
  protected:
-  Status extra_filter() const override { return ok_status(); }
+  // Runs after the copy testcases (Suite calls filter just before run), so it can see their
+  // figures.
+  Status extra_filter() const override {
+    for (Direction d : {Direction::kHostToDevice, Direction::kDeviceToHost}) {
+      if (state_->figures.count(
+              figure_key(d, HostMemory::kPinnedLocal, state_->comparison_bytes))) {
+        return ok_status();
+      }
+    }
+    return failed_precondition(fmt::format(
+        "no pinned copy-engine figure at {}: select host_to_device_memcpy_ce_pinned and/or "
+        "device_to_host_memcpy_ce_pinned too",
+        format_bytes(state_->comparison_bytes)));
+  }
 };
 
 }  // namespace
