@@ -360,6 +360,14 @@ StatusOr<Record> Collection::get(std::uint64_t id) const {
   return record;
 }
 
+StatusOr<std::uint64_t> Collection::next_free_id() const {
+  Statement max_id(state_->db, "SELECT MAX(id) FROM items WHERE collection = ? AND id >= 0");
+  if (!max_id.ok()) return sqlite_error(state_->db, "prepare");
+  max_id.bind(1, state_->name);
+  if (max_id.step() != SQLITE_ROW) return sqlite_error(state_->db, "max id");
+  return max_id.is_null(0) ? 0 : from_sql(max_id.integer(0)) + 1;
+}
+
 StatusOr<std::vector<RowSpan>> Collection::rows(const std::string& where_json,
                                                 std::vector<std::uint64_t>* live_mask) {
   State& s = *state_;

@@ -82,6 +82,8 @@ class Collection {
   StatusOr<std::size_t> remove(std::span<const std::uint64_t> ids);
   // NOT_FOUND when the id is absent.
   StatusOr<Record> get(std::uint64_t id) const;
+  // One past the largest id below 2^63 in the collection (0 when empty): where imports continue.
+  StatusOr<std::uint64_t> next_free_id() const;
 
   // queries: [query_count, dim]. Exact or IVF-Flat (trained on first use, kept until a write).
   StatusOr<SearchResults> query(const float* queries, std::size_t query_count,

@@ -1,0 +1,461 @@
+// GPU exact search: cuBLAS dot-product tiles + a fused per-tile top-k kernel + a merge kernel
+// (+ an exact fp32 re-rank for the TF32 mode), and stream-ordered ingest from device pointers.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cstdio>
+#include <string>
+
+#include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/vector/gpu_search.hpp"
+
+namespace gpuopt::vector {
+
+namespace {
+
+// nvcc cannot compile fmt; messages are built with snprintf here.
+template <typename... Args>
+std::string message(const char* format, Args... args) {
+  char buffer[256];
+  std::snprintf(buffer, sizeof(buffer), format, args...);
+  return buffer;
+}
+
+constexpr int kThreads = 128;
+constexpr int kMaxCandidates = 64;
+constexpr std::uint64_t kNoPosition = ~std::uint64_t{0};
+
+Status cublas_status(cublasStatus_t status, const char* expression) {
+  if (status == CUBLAS_STATUS_SUCCESS) return ok_status();
+  std::string message = std::string(expression) + " failed: " + cublasGetStatusString(status) +
+                        " (" + std::to_string(int(status)) + ")";
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) return resource_exhausted(message);
+  if (status == CUBLAS_STATUS_NOT_INITIALIZED) return unavailable(message);
+  return internal_error(message);
+}
+#define GPUOPT_CUBLAS_TRY(expr) GPUOPT_RETURN_IF_ERROR(cublas_status((expr), #expr))
+
+__device__ float distance_from_dot(int metric, float dot, float query_norm, float row_norm) {
+  if (metric == 0) return fmaxf(query_norm + row_norm - 2.0f * dot, 0.0f);
+  if (metric == 1) return -dot;
+  float scale = query_norm * row_norm;
+  return scale > 0 ? 1.0f - dot / sqrtf(scale) : 1.0f;
+}
+
+// One warp per row: squared L2 norm.
+__global__ void k_squared_norms_f32(const float* __restrict__ vectors, std::size_t rows, int dim,
+                                    float* __restrict__ norms) {
+  std::size_t row = (std::size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const float* v = vectors + row * dim;
+  float sum = 0;
+  for (int i = lane; i < dim; i += 32) sum += v[i] * v[i];
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  if (lane == 0) norms[row] = sum;
+}
+
+// A thread's best `count` candidates, sorted ascending; lives in registers/local memory.
+struct LocalTopK {
+  float distance[kMaxCandidates];
+  std::uint64_t position[kMaxCandidates];
+  int count;
+  __device__ void init(int capacity) {
+    count = capacity;
+    for (int i = 0; i < kMaxCandidates; ++i) {
+      distance[i] = FLT_MAX;
+      position[i] = kNoPosition;
+    }
+  }
+  __device__ void push(float d, std::uint64_t p) {
+    if (!(d < distance[count - 1])) return;
+    int i = count - 1;
+    while (i > 0 && distance[i - 1] > d) {
+      distance[i] = distance[i - 1];
+      position[i] = position[i - 1];
+      --i;
+    }
+    distance[i] = d;
+    position[i] = p;
+  }
+};
+
+// Merges the threads' sorted lists: `count` rounds of a block-wide argmin over list heads.
+__device__ void block_merge(LocalTopK& local, int count, float* out_distance,
+                            std::uint64_t* out_position) {
+  __shared__ float warp_best[kThreads / 32];
+  __shared__ int warp_owner[kThreads / 32];
+  __shared__ int winner;
+  int head = 0;
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int round = 0; round < count; ++round) {
+    float mine = head < count ? local.distance[head] : FLT_MAX;
+    float best = mine;
+    int owner = threadIdx.x;
+    for (int offset = 16; offset > 0; offset /= 2) {
+      float other = __shfl_down_sync(0xffffffffu, best, offset);
+      int other_owner = __shfl_down_sync(0xffffffffu, owner, offset);
+      if (other < best || (other == best && other_owner < owner)) {
+        best = other;
+        owner = other_owner;
+      }
+    }
+    if (lane == 0) {
+      warp_best[warp] = best;
+      warp_owner[warp] = owner;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float b = warp_best[0];
+      int o = warp_owner[0];
+      for (int w = 1; w < kThreads / 32; ++w) {
+        if (warp_best[w] < b || (warp_best[w] == b && warp_owner[w] < o)) {
+          b = warp_best[w];
+          o = warp_owner[w];
+        }
+      }
+      winner = o;
+    }
+    __syncthreads();
+    if (threadIdx.x == winner) {
+      out_distance[round] = head < count ? local.distance[head] : FLT_MAX;
+      out_position[round] = head < count ? local.position[head] : kNoPosition;
+      ++head;
+    }
+    __syncthreads();
+  }
+}
+
+// One block per query: distances of one tile from its dot products, top `count` of the tile.
+// dots: [query_count, tile_rows] (row q at q * tile_rows). Output slot [query, tile, count].
+__global__ void k_tile_topk(const float* __restrict__ dots, int tile_rows,
+                            const float* __restrict__ row_norms,
+                            const float* __restrict__ query_norms, int metric, int count,
+                            std::uint64_t first_row, const std::uint64_t* __restrict__ allow_mask,
+                            int tile, int tiles, float* __restrict__ out_distance,
+                            std::uint64_t* __restrict__ out_position) {
+  int query = blockIdx.x;
+  LocalTopK local;
+  local.init(count);
+  const float* row = dots + std::size_t(query) * tile_rows;
+  float query_norm = query_norms[query];
+  for (int r = threadIdx.x; r < tile_rows; r += blockDim.x) {
+    std::uint64_t position = first_row + r;
+    if (allow_mask != nullptr && !((allow_mask[position >> 6] >> (position & 63)) & 1)) continue;
+    local.push(distance_from_dot(metric, row[r], query_norm, row_norms[r]), position);
+  }
+  std::size_t slot = (std::size_t(query) * tiles + tile) * count;
+  block_merge(local, count, out_distance + slot, out_position + slot);
+}
+
+// One block per query: top `count` of its [tiles * count] candidates.
+__global__ void k_merge_candidates(const float* __restrict__ in_distance,
+                                   const std::uint64_t* __restrict__ in_position, int candidates,
+                                   int count, float* __restrict__ out_distance,
+                                   std::uint64_t* __restrict__ out_position) {
+  int query = blockIdx.x;
+  LocalTopK local;
+  local.init(count);
+  const float* d = in_distance + std::size_t(query) * candidates;
+  const std::uint64_t* p = in_position + std::size_t(query) * candidates;
+  for (int i = threadIdx.x; i < candidates; i += blockDim.x) local.push(d[i], p[i]);
+  block_merge(local, count, out_distance + std::size_t(query) * count,
+              out_position + std::size_t(query) * count);
+}
+
+// One warp per query: exact fp32 distances of the `candidates` (<= 64) approximate winners,
+// then the best k of them. Used after the TF32 pass.
+__global__ void k_rerank(const float* __restrict__ vectors, const float* __restrict__ queries,
+                         int dim, int metric, const std::uint64_t* __restrict__ in_position,
+                         int candidates, int k, float* __restrict__ out_distance,
+                         std::uint64_t* __restrict__ out_position) {
+  int query = blockIdx.x;
+  int lane = threadIdx.x;
+  const float* q = queries + std::size_t(query) * dim;
+  float distance[2] = {FLT_MAX, FLT_MAX};
+  std::uint64_t position[2] = {kNoPosition, kNoPosition};
+  for (int s = 0; s < 2; ++s) {
+    int c = lane + 32 * s;
+    if (c >= candidates) continue;
+    std::uint64_t p = in_position[std::size_t(query) * candidates + c];
+    if (p == kNoPosition) continue;
+    const float* x = vectors + p * dim;
+    float sum = 0, qq = 0, xx = 0;
+    for (int i = 0; i < dim; ++i) {
+      if (metric == 0) {
+        float diff = q[i] - x[i];
+        sum += diff * diff;
+      } else {
+        sum += q[i] * x[i];
+        qq += q[i] * q[i];
+        xx += x[i] * x[i];
+      }
+    }
+    distance[s] = metric == 0   ? sum
+                  : metric == 1 ? -sum
+                                : (qq * xx > 0 ? 1.0f - sum / sqrtf(qq * xx) : 1.0f);
+    position[s] = p;
+  }
+  for (int round = 0; round < k; ++round) {
+    int pick = distance[0] <= distance[1] ? 0 : 1;
+    float best = distance[pick];
+    int owner = lane * 2 + pick;
+    for (int offset = 16; offset > 0; offset /= 2) {
+      float other = __shfl_xor_sync(0xffffffffu, best, offset);
+      int other_owner = __shfl_xor_sync(0xffffffffu, owner, offset);
+      if (other < best || (other == best && other_owner < owner)) {
+        best = other;
+        owner = other_owner;
+      }
+    }
+    if (owner / 2 == lane) {
+      out_distance[std::size_t(query) * k + round] = distance[owner % 2];
+      out_position[std::size_t(query) * k + round] = position[owner % 2];
+      distance[owner % 2] = FLT_MAX;
+      position[owner % 2] = kNoPosition;
+    }
+  }
+}
+
+// Device buffer that grows and frees itself.
+template <typename T>
+struct DeviceBuffer {
+  T* data = nullptr;
+  std::size_t size = 0;
+  Status reserve(std::size_t n) {
+    if (n <= size) return ok_status();
+    if (data != nullptr) GPUOPT_CUDA_TRY(cudaFree(data));
+    data = nullptr;
+    size = 0;
+    GPUOPT_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&data), n * sizeof(T)));
+    size = n;
+    return ok_status();
+  }
+  ~DeviceBuffer() {
+    if (data != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(data));
+  }
+};
+
+int metric_code(Metric metric) {
+  return metric == Metric::kL2 ? 0 : metric == Metric::kInnerProduct ? 1 : 2;
+}
+
+}  // namespace
+
+struct GpuDataset::State {
+  int device = 0;
+  std::size_t dim = 0;
+  Metric metric = Metric::kL2;
+  std::size_t rows = 0;
+  DeviceBuffer<float> vectors, norms;
+  cublasHandle_t cublas = nullptr;
+  cudaStream_t own_stream = nullptr;  // used when a caller passes no stream
+  DeviceBuffer<float> queries, query_norms, dots, tile_distance, merged_distance, final_distance;
+  DeviceBuffer<std::uint64_t> tile_position, merged_position, final_position, mask;
+  ~State() {
+    if (cublas != nullptr) cublasDestroy(cublas);
+    if (own_stream != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaStreamDestroy(own_stream));
+  }
+  // Never the legacy default stream: a null stream means the dataset's own non-blocking one.
+  cudaStream_t resolve(void* stream) const {
+    return stream != nullptr ? static_cast<cudaStream_t>(stream) : own_stream;
+  }
+
+  Status grow(std::size_t needed, cudaStream_t stream) {
+    if (needed <= vectors.size / dim) return ok_status();
+    std::size_t capacity = std::max(needed, 2 * (vectors.size / dim));
+    DeviceBuffer<float> bigger_vectors, bigger_norms;
+    GPUOPT_RETURN_IF_ERROR(bigger_vectors.reserve(capacity * dim));
+    GPUOPT_RETURN_IF_ERROR(bigger_norms.reserve(capacity));
+    if (rows > 0) {
+      GPUOPT_CUDA_TRY(cudaMemcpyAsync(bigger_vectors.data, vectors.data, rows * dim * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream));
+      GPUOPT_CUDA_TRY(cudaMemcpyAsync(bigger_norms.data, norms.data, rows * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream));
+      GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));  // old buffers are freed below
+    }
+    std::swap(vectors.data, bigger_vectors.data);
+    std::swap(vectors.size, bigger_vectors.size);
+    std::swap(norms.data, bigger_norms.data);
+    std::swap(norms.size, bigger_norms.size);
+    return ok_status();
+  }
+
+  Status append(const float* source, std::size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+    if (count == 0) return ok_status();
+    if (source == nullptr) return invalid_argument("GPU append: vectors is null");
+    GPUOPT_CUDA_TRY(cudaSetDevice(device));
+    GPUOPT_RETURN_IF_ERROR(grow(rows + count, stream));
+    GPUOPT_CUDA_TRY(cudaMemcpyAsync(vectors.data + rows * dim, source, count * dim * sizeof(float),
+                                    kind, stream));
+    unsigned blocks = static_cast<unsigned>((count * 32 + 255) / 256);
+    k_squared_norms_f32<<<blocks, 256, 0, stream>>>(vectors.data + rows * dim, count,
+                                                    static_cast<int>(dim), norms.data + rows);
+    GPUOPT_CUDA_TRY_LAUNCH();
+    rows += count;
+    return ok_status();
+  }
+};
+
+GpuDataset::GpuDataset(std::unique_ptr<State> state) : state_(std::move(state)) {}
+GpuDataset::~GpuDataset() = default;
+
+StatusOr<std::unique_ptr<GpuDataset>> GpuDataset::create(std::size_t dim, Metric metric,
+                                                         std::size_t capacity, int device) {
+  GPUOPT_ASSIGN_OR_RETURN(int devices, cuda_device_count());
+  if (device < 0 || device >= devices) {
+    return invalid_argument(message("GPU device %d does not exist (%d present)", device, devices));
+  }
+  if (dim == 0 || dim > 65536) return invalid_argument(message("GPU dataset dimension %zu", dim));
+  auto state = std::make_unique<State>();
+  state->device = device;
+  state->dim = dim;
+  state->metric = metric;
+  GPUOPT_CUDA_TRY(cudaSetDevice(device));
+  GPUOPT_RETURN_IF_ERROR(state->vectors.reserve(std::max<std::size_t>(capacity, 1) * dim));
+  GPUOPT_RETURN_IF_ERROR(state->norms.reserve(std::max<std::size_t>(capacity, 1)));
+  GPUOPT_CUBLAS_TRY(cublasCreate(&state->cublas));
+  GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&state->own_stream, cudaStreamNonBlocking));
+  return std::unique_ptr<GpuDataset>(new GpuDataset(std::move(state)));
+}
+
+Status GpuDataset::append_host(const float* vectors, std::size_t rows, void* stream) {
+  return state_->append(vectors, rows, cudaMemcpyHostToDevice, state_->resolve(stream));
+}
+
+Status GpuDataset::append_device(const float* device_vectors, std::size_t rows, void* stream) {
+  cudaPointerAttributes attributes{};
+  GPUOPT_CUDA_TRY(cudaPointerGetAttributes(&attributes, device_vectors));
+  if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) {
+    return invalid_argument("GPU append_device: the pointer is not device memory");
+  }
+  return state_->append(device_vectors, rows, cudaMemcpyDeviceToDevice, state_->resolve(stream));
+}
+
+Status GpuDataset::append_dlpack(const DLTensor& tensor, void* stream) {
+  if (tensor.ndim != 2 || tensor.shape == nullptr) {
+    return invalid_argument(
+        message("DLPack tensor: expected 2-D [rows, dim], got %d-D", tensor.ndim));
+  }
+  if (tensor.dtype.code != 2 || tensor.dtype.bits != 32 || tensor.dtype.lanes != 1) {
+    return invalid_argument("DLPack tensor: expected float32");
+  }
+  if (tensor.shape[1] != static_cast<std::int64_t>(state_->dim) || tensor.shape[0] < 0) {
+    return invalid_argument(message("DLPack tensor: shape [%lld, %lld], dataset dimension %zu",
+                                    (long long)tensor.shape[0], (long long)tensor.shape[1],
+                                    state_->dim));
+  }
+  if (tensor.strides != nullptr &&
+      (tensor.strides[1] != 1 || tensor.strides[0] != tensor.shape[1])) {
+    return invalid_argument("DLPack tensor: must be compact row-major");
+  }
+  const float* data =
+      reinterpret_cast<const float*>(static_cast<const char*>(tensor.data) + tensor.byte_offset);
+  std::size_t rows = static_cast<std::size_t>(tensor.shape[0]);
+  switch (tensor.device.device_type) {
+    case 2:
+    case 13:
+      if (tensor.device.device_id != state_->device) {
+        return invalid_argument(message("DLPack tensor is on GPU %d, the dataset on GPU %d",
+                                        tensor.device.device_id, state_->device));
+      }
+      return state_->append(data, rows, cudaMemcpyDeviceToDevice, state_->resolve(stream));
+    case 1:
+    case 3:
+      return state_->append(data, rows, cudaMemcpyHostToDevice, state_->resolve(stream));
+    default:
+      return invalid_argument(
+          message("DLPack tensor: device type %d is not supported", tensor.device.device_type));
+  }
+}
+
+StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t query_count,
+                                             const GpuSearchOptions& options,
+                                             void* stream_pointer) {
+  State& s = *state_;
+  cudaStream_t stream = s.resolve(stream_pointer);
+  const std::size_t k = options.k;
+  if (k == 0 || k > 64) return invalid_argument(message("GPU search: k %zu must be 1..64", k));
+  bool tf32 = options.precision == GpuPrecision::kTf32Rerank;
+  const std::size_t count = tf32 ? std::min<std::size_t>(kMaxCandidates, 4 * k) : k;
+  GpuSearchResult result;
+  result.positions.assign(query_count * k, kNoPosition);
+  result.distances.assign(query_count * k, FLT_MAX);
+  if (query_count == 0 || s.rows == 0) return result;
+  GPUOPT_CUDA_TRY(cudaSetDevice(s.device));
+  const std::size_t dim = s.dim;
+  const std::size_t tile_rows = std::clamp<std::size_t>(options.tile_rows, 256, 1 << 20);
+  const std::size_t tiles = (s.rows + tile_rows - 1) / tile_rows;
+  // Queries go in chunks so the [chunk, tile] dot block stays about 64 MiB.
+  const std::size_t chunk =
+      std::clamp<std::size_t>((64u << 20) / (tile_rows * sizeof(float)), 1, 65535);
+  const std::size_t chunk_queries = std::min(chunk, query_count);
+  GPUOPT_RETURN_IF_ERROR(s.queries.reserve(query_count * dim));
+  GPUOPT_RETURN_IF_ERROR(s.query_norms.reserve(query_count));
+  GPUOPT_RETURN_IF_ERROR(s.dots.reserve(chunk_queries * tile_rows));
+  GPUOPT_RETURN_IF_ERROR(s.tile_distance.reserve(chunk_queries * tiles * count));
+  GPUOPT_RETURN_IF_ERROR(s.tile_position.reserve(chunk_queries * tiles * count));
+  GPUOPT_RETURN_IF_ERROR(s.merged_distance.reserve(query_count * count));
+  GPUOPT_RETURN_IF_ERROR(s.merged_position.reserve(query_count * count));
+  GPUOPT_RETURN_IF_ERROR(s.final_distance.reserve(query_count * k));
+  GPUOPT_RETURN_IF_ERROR(s.final_position.reserve(query_count * k));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.queries.data, queries, query_count * dim * sizeof(float),
+                                  cudaMemcpyHostToDevice, stream));
+  k_squared_norms_f32<<<static_cast<unsigned>((query_count * 32 + 255) / 256), 256, 0, stream>>>(
+      s.queries.data, query_count, static_cast<int>(dim), s.query_norms.data);
+  GPUOPT_CUDA_TRY_LAUNCH();
+  GPUOPT_CUBLAS_TRY(cublasSetStream(s.cublas, stream));
+  GPUOPT_CUBLAS_TRY(
+      cublasSetMathMode(s.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+  const int metric = metric_code(s.metric);
+  const float one = 1.0f, zero = 0.0f;
+  for (std::size_t q0 = 0; q0 < query_count; q0 += chunk_queries) {
+    std::size_t nq = std::min(chunk_queries, query_count - q0);
+    for (std::size_t t = 0; t < tiles; ++t) {
+      std::size_t r0 = t * tile_rows;
+      std::size_t nr = std::min(tile_rows, s.rows - r0);
+      // Column-major C[nr, nq] = X_tile[nr, dim] * Q[dim, nq]: row q of the result is query q.
+      GPUOPT_CUBLAS_TRY(cublasSgemm(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nr),
+                                    static_cast<int>(nq), static_cast<int>(dim), &one,
+                                    s.vectors.data + r0 * dim, static_cast<int>(dim),
+                                    s.queries.data + q0 * dim, static_cast<int>(dim), &zero,
+                                    s.dots.data, static_cast<int>(nr)));
+      k_tile_topk<<<static_cast<unsigned>(nq), kThreads, 0, stream>>>(
+          s.dots.data, static_cast<int>(nr), s.norms.data + r0, s.query_norms.data + q0, metric,
+          static_cast<int>(count), r0, nullptr, static_cast<int>(t), static_cast<int>(tiles),
+          s.tile_distance.data, s.tile_position.data);
+      GPUOPT_CUDA_TRY_LAUNCH();
+    }
+    k_merge_candidates<<<static_cast<unsigned>(nq), kThreads, 0, stream>>>(
+        s.tile_distance.data, s.tile_position.data, static_cast<int>(tiles * count),
+        static_cast<int>(count), s.merged_distance.data + q0 * count,
+        s.merged_position.data + q0 * count);
+    GPUOPT_CUDA_TRY_LAUNCH();
+  }
+  const float* out_distance = s.merged_distance.data;
+  const std::uint64_t* out_position = s.merged_position.data;
+  if (tf32) {
+    k_rerank<<<static_cast<unsigned>(query_count), 32, 0, stream>>>(
+        s.vectors.data, s.queries.data, static_cast<int>(dim), metric, s.merged_position.data,
+        static_cast<int>(count), static_cast<int>(k), s.final_distance.data, s.final_position.data);
+    GPUOPT_CUDA_TRY_LAUNCH();
+    out_distance = s.final_distance.data;
+    out_position = s.final_position.data;
+  }
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(result.distances.data(), out_distance,
+                                  query_count * k * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(result.positions.data(), out_position,
+                                  query_count * k * sizeof(std::uint64_t), cudaMemcpyDeviceToHost,
+                                  stream));
+  GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
+  return result;
+}
+
+std::size_t GpuDataset::rows() const { return state_->rows; }
+std::size_t GpuDataset::dim() const { return state_->dim; }
+const float* GpuDataset::device_vectors() const { return state_->vectors.data; }
+const float* GpuDataset::device_norms() const { return state_->norms.data; }
+
+}  // namespace gpuopt::vector
