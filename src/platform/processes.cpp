@@ -74,8 +74,11 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text) {
   std::vector<std::string_view> fields;
   std::string_view rest = text.substr(close + 1);
   while (!rest.empty() && fields.size() < 4) {
-    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
-    auto space = rest.find_first_of(" \n");
+    // Skip every separator: a field list starting with '\n' once made this loop spin (fuzzer).
+    while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front()))) {
+      rest.remove_prefix(1);
+    }
+    auto space = rest.find_first_of(" \t\n");
     std::string_view field = rest.substr(0, space);
     if (!field.empty()) fields.push_back(field);
     rest = space == std::string_view::npos ? std::string_view() : rest.substr(space);

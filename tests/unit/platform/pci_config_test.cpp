@@ -135,6 +135,10 @@ TEST(SysfsText, ProcStatCmdlineAndDriverVersion) {
   EXPECT_EQ(stat->state, 'Z');
   EXPECT_EQ(stat->ppid, 4100);
   EXPECT_FALSE(parse_proc_stat("4242 python Z").has_value());
+  // Found by fuzz_sysfs_text: a newline right after ')' once looped forever.
+  auto newline = parse_proc_stat("1 (a)\nZ 2 3 4");
+  ASSERT_TRUE(newline.has_value());
+  EXPECT_EQ(newline->ppid, 2);
   auto parameters =
       parse_kernel_parameters("ro quiet intel_iommu=on iommu=pt pcie_aspm=off -- iommu=x");
   EXPECT_EQ(parameters.size(), 3u);
