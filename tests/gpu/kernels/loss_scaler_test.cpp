@@ -513,8 +513,10 @@ void CUPTIAPI on_api_call(void* userdata, CUpti_CallbackDomain domain, CUpti_Cal
 TEST(LossScalerGpu, HundredStepsMakeNoHostSynchronisation) {
   GPUOPT_REQUIRE_GPU();
   auto library = DynamicLibrary::open({"libcupti.so.13", "libcupti.so.12", "libcupti.so",
+                                       "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
                                        "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
-                                       "/usr/local/cuda/lib64/libcupti.so",
+                                       "/usr/local/cuda/lib64/libcupti.so.13",
+                                       "/usr/local/cuda/lib/libcupti.so.13",
                                        "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so"});
   ASSERT_TRUE(library.ok()) << "CUPTI is needed to count synchronisations: "
                             << library.status().to_string();
