@@ -28,7 +28,6 @@ __global__ void k_preprocess_rgb8_to_f16(const std::uint8_t* __restrict__ rgb,
   float wx = fx - x0;
   const std::size_t row0 = static_cast<std::size_t>(y0) * p.source_width;
   const std::size_t row1 = static_cast<std::size_t>(y1) * p.source_width;
-  const std::size_t plane = static_cast<std::size_t>(p.output_size) * p.output_size;
   const std::size_t pixel = static_cast<std::size_t>(y) * p.output_size + x;
 #pragma unroll
   for (int c = 0; c < 3; ++c) {
@@ -38,7 +37,7 @@ __global__ void k_preprocess_rgb8_to_f16(const std::uint8_t* __restrict__ rgb,
     float bottom = d + (e - d) * wx;
     float value = top + (bottom - top) * wy;
     // Same operation order as the CPU twin: (v / 255 - mean) / std, with / std as * (1 / std).
-    out[c * plane + pixel] = __float2half_rn((value / 255.0f - p.mean[c]) * p.inv_std[c]);
+    out[pixel * 3 + c] = __float2half_rn((value / 255.0f - p.mean[c]) * p.inv_std[c]);
   }
 }
 

@@ -55,7 +55,7 @@ std::vector<float> preprocess_reference(const std::uint8_t* rgb, const Preproces
         float top = at(y0, x0) + (at(y0, x1) - at(y0, x0)) * wx;
         float bottom = at(y1, x0) + (at(y1, x1) - at(y1, x0)) * wx;
         float value = top + (bottom - top) * wy;
-        out[(static_cast<std::size_t>(c) * s + y) * s + x] =
+        out[(static_cast<std::size_t>(y) * s + x) * 3 + c] =
             (value / 255.0f - p.mean[c]) / p.std[c];
       }
     }

@@ -112,6 +112,12 @@ std::pair<bool, std::string> gpu_summary() {
 
 // A bench suite whose testcases were all waived ran nothing: call it skipped, with the reasons.
 void classify_waived(report::StageRecord& stage) {
+  if (stage.data.is_object() && stage.data.contains("skipped") &&
+      stage.data["skipped"].is_string()) {
+    stage.status = "skipped";
+    stage.reason = stage.data["skipped"].get<std::string>();
+    return;
+  }
   if (!stage.data.is_object() || !stage.data.contains("testcases")) return;
   const auto& testcases = stage.data["testcases"];
   if (!testcases.is_array() || testcases.empty()) return;

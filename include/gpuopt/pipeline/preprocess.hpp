@@ -23,10 +23,10 @@ struct PreprocessParams {
 // INVALID_ARGUMENT naming the bad field (sizes must be positive, at most 8192; std non-zero).
 Status check_preprocess_params(const PreprocessParams& params);
 
-// CPU twin: [H, W, 3] uint8 → [3, S, S] float32 (the oracle for the GPU kernel).
+// CPU twin: [H, W, 3] uint8 → [S, S, 3] float32 (the oracle for the GPU kernel).
 std::vector<float> preprocess_reference(const std::uint8_t* rgb, const PreprocessParams& params);
 
-// GPU: `rgb_device` [H, W, 3] uint8 and `output_device` [3, S, S] fp16 (as uint16 bits), both
+// GPU: `rgb_device` [H, W, 3] uint8 and `output_device` [S, S, 3] fp16 (as uint16 bits), both
 // device pointers; enqueued on `stream`. UNIMPLEMENTED in a CPU-only build.
 Status preprocess(const std::uint8_t* rgb_device, std::uint16_t* output_device,
                   const PreprocessParams& params, runtime::StreamHandle stream);

@@ -23,7 +23,7 @@ TEST(Preprocess, TwoByTwoToOneAveragesAllFourPixels) {
   EXPECT_FLOAT_EQ(out[2], (255 + 255 + 0 + 0) / 4.0f / 255.0f);
 }
 
-TEST(Preprocess, NormalisesPerChannelAndIsPlanar) {
+TEST(Preprocess, NormalisesPerChannelAndIsInterleaved) {
   std::vector<std::uint8_t> rgb(4 * 4 * 3);
   for (std::size_t i = 0; i < rgb.size(); i += 3) {
     rgb[i] = 255;
@@ -37,9 +37,9 @@ TEST(Preprocess, NormalisesPerChannelAndIsPlanar) {
   auto out = preprocess_reference(rgb.data(), params);
   ASSERT_EQ(out.size(), 12u);
   for (int i = 0; i < 4; ++i) {
-    EXPECT_NEAR(out[i], (1.0f - 0.485f) / 0.229f, 1e-6);
-    EXPECT_NEAR(out[4 + i], (0.0f - 0.456f) / 0.224f, 1e-6);
-    EXPECT_NEAR(out[8 + i], (0.2f - 0.406f) / 0.225f, 1e-6);
+    EXPECT_NEAR(out[i * 3 + 0], (1.0f - 0.485f) / 0.229f, 1e-6);
+    EXPECT_NEAR(out[i * 3 + 1], (0.0f - 0.456f) / 0.224f, 1e-6);
+    EXPECT_NEAR(out[i * 3 + 2], (0.2f - 0.406f) / 0.225f, 1e-6);
   }
 }
 
