@@ -15,14 +15,16 @@ rows=300
 "$gpuopt" vector create "$work/s" --dim 16 >/dev/null 2>&1 && fail "second create succeeded"
 out=$("$gpuopt" vector import "$work/s" "$work/data.idx" --batch 100) || fail import
 echo "$out" | grep -q '^committed 300 total 300$' || fail "import output: $out"
-"$gpuopt" vector import "$work/s" "$work/data.idx" --json | grep -q '"total":600' || fail "json import"
+out=$("$gpuopt" vector import "$work/s" "$work/data.idx" --json) || fail "json import"
+echo "$out" | grep -q '"total":600' || fail "json import: $out"
 info=$("$gpuopt" vector info "$work/s" --json --verify) || fail info
 echo "$info" | grep -q '"count": 600' || fail "info: $info"
 "$gpuopt" vector query "$work/s" "$work/data.idx" --k 3 --limit 5 >"$work/q.txt" || fail query
 # A vector's nearest neighbour is itself (distance 0): ids 0 and 300 hold the same vector.
 grep -qE '^query 0: (0|300):0 ' "$work/q.txt" || fail "exact query: $(cat "$work/q.txt")"
-"$gpuopt" vector query "$work/s" "$work/data.idx" --index ivf --nlist 4 --nprobe 4 --json \
-  --limit 2 | grep -q '"results"' || fail "ivf query"
+out=$("$gpuopt" vector query "$work/s" "$work/data.idx" --index ivf --nlist 4 --nprobe 4 --json \
+  --limit 2) || fail "ivf query"
+echo "$out" | grep -q '"results"' || fail "ivf query: $out"
 # Malformed inputs: exit 2, message names the file.
 head -c 100 "$work/data.idx" >"$work/short.idx"
 msg=$("$gpuopt" vector import "$work/s" "$work/short.idx" 2>&1)
