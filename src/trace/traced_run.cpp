@@ -20,6 +20,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "gpuopt/core/cuda_check.hpp"
@@ -192,6 +193,26 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
     argv.push_back(const_cast<char*>(argument.c_str()));
   argv.push_back(nullptr);
 
+  // The child's environment is built before fork: the sampler thread runs, so the child should
+  // only exec.
+  const std::vector<std::pair<std::string, std::string>> overrides = {
+      {"CUDA_INJECTION64_PATH", options.injection_library},
+      {kRecordDirEnv, record_directory},
+      {kDriverApiEnv, options.driver_api ? "1" : "0"}};
+  std::vector<std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view variable(*entry);
+    bool replaced = false;
+    for (const auto& [name, value] : overrides) {
+      replaced |= variable.starts_with(name + "=");
+    }
+    if (!replaced) environment.emplace_back(variable);
+  }
+  for (const auto& [name, value] : overrides) environment.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& variable : environment) envp.push_back(variable.data());
+  envp.push_back(nullptr);
+
   std::optional<IgnoreInterrupts> ignore_interrupts;
   ignore_interrupts.emplace();
   const pid_t child = fork();
@@ -204,10 +225,7 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
     signal(SIGINT, SIG_DFL);
     signal(SIGQUIT, SIG_DFL);
     close(exec_pipe[0]);
-    setenv("CUDA_INJECTION64_PATH", options.injection_library.c_str(), 1);
-    setenv(kRecordDirEnv, record_directory.c_str(), 1);
-    if (options.driver_api) setenv(kDriverApiEnv, "1", 1);
-    execvp(argv[0], argv.data());
+    execvpe(argv[0], argv.data(), envp.data());
     const int error = errno;
     [[maybe_unused]] ssize_t written = write(exec_pipe[1], &error, sizeof(error));
     _exit(127);
