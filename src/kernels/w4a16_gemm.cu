@@ -124,6 +124,20 @@ __device__ __forceinline__ __nv_bfloat162 float2_to_pair<__nv_bfloat16>(float a,
 
 // ---- the tensor-core kernel ----
 
+// n / d for n < 2^31 with a multiply-high instead of a division (d is fixed per launch).
+struct FastDivisor {
+  std::uint32_t divisor = 1, multiplier = 1, shift = 0;
+  FastDivisor() = default;
+  explicit FastDivisor(std::uint32_t d) : divisor(d) {
+    while ((1ull << shift) < d) ++shift;
+    multiplier = static_cast<std::uint32_t>(((1ull << 32) * ((1ull << shift) - d)) / d + 1);
+  }
+  __device__ __forceinline__ int divide(int n) const {
+    const std::uint32_t t = __umulhi(static_cast<std::uint32_t>(n), multiplier);
+    return static_cast<int>((t + static_cast<std::uint32_t>(n)) >> shift);
+  }
+};
+
 struct KernelParams {
   const void* x;  // [M][K]
   void* y;        // [M][N]
@@ -134,6 +148,8 @@ struct KernelParams {
   int* counters;              // [tiles], zero between runs
   int m, n, k, group_size;
   int m_blocks, n_blocks;
+  FastDivisor group_divisor;
+  FastDivisor m_block_divisor;
   int iterations_per_tile;
   int total_iterations;
 };
@@ -159,7 +175,9 @@ struct Geometry {
 };
 
 template <typename T, int kWarpsN, int kWarpsK, int kMTiles, int kStages>
-__global__ void __launch_bounds__(32 * kWarpsN * kWarpsK) k_w4a16_gemm(const KernelParams params) {
+// One m-tile: at most 128 registers so two blocks share an SM (decode is latency-bound).
+__global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMTiles == 1 ? 2 : 1)
+    k_w4a16_gemm(const KernelParams params) {
   using G = Geometry<kWarpsN, kWarpsK, kMTiles, kStages>;
   using Pair = typename TypeTraits<T>::Pair;
   extern __shared__ __align__(16) unsigned char shared[];
@@ -183,23 +201,59 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK) k_w4a16_gemm(const Ker
 
   auto stage_base = [&](int slot) { return shared + slot * G::kStageBytes; };
 
+  // Where a k-stage sits: advanced one stage at a time so the loop divides only at tile changes.
+  struct Position {
+    int tile, kk, n_block, m_block;
+  };
+  auto position_of = [&](int it) {
+    Position p;
+    p.tile = it / ipt;
+    p.kk = it - p.tile * ipt;
+    p.n_block = params.m_block_divisor.divide(p.tile);
+    p.m_block = p.tile - p.n_block * params.m_blocks;
+    return p;
+  };
+  auto advance = [&](Position& p) {
+    if (++p.kk == ipt) {
+      p.kk = 0;
+      ++p.tile;
+      if (++p.m_block == params.m_blocks) {
+        p.m_block = 0;
+        ++p.n_block;
+      }
+    }
+  };
+
   // Issues the copies of global iteration `it` (one k-stage of one output tile) into `slot`.
-  auto load_stage = [&](int it, int slot) {
-    const int tile = it / ipt;
-    const int kk = it - tile * ipt;
-    const int n_block = tile / params.m_blocks;
-    const int m_block = tile - n_block * params.m_blocks;
+  // Per-thread parts of the weight chunk addresses, fixed for the whole kernel.
+  constexpr int kWeightChunks = G::kWeightBytes / 16;
+  constexpr int kWeightCopies = (kWeightChunks + G::kThreads - 1) / G::kThreads;
+  static_assert(kWeightChunks % G::kThreads == 0);
+  std::uint32_t weight_offset[kWeightCopies];
+#pragma unroll
+  for (int i = 0; i < kWeightCopies; ++i) {
+    const int c = thread + i * G::kThreads;
+    const int kt = c / (kWarpsN * 32);
+    const int rest = c - kt * (kWarpsN * 32);
+    weight_offset[i] =
+        static_cast<std::uint32_t>(((rest / 32) * k_tiles_total + kt) * 32 + rest % 32);
+  }
+
+  auto load_stage = [&](const Position& p, int slot) {
+    const int kk = p.kk;
+    const int n_block = p.n_block;
+    const int m_block = p.m_block;
     const int k0 = kk * kStageK;
     unsigned char* base = stage_base(slot);
     uint4* weights = reinterpret_cast<uint4*>(base);
-    constexpr int kWeightChunks = G::kWeightBytes / 16;
-    for (int c = thread; c < kWeightChunks; c += G::kThreads) {
-      const int kt = c / (kWarpsN * 32);
-      const int rest = c - kt * (kWarpsN * 32);
-      const int strip = n_block * kWarpsN + rest / 32;
-      const std::size_t tile_index =
-          static_cast<std::size_t>(strip) * k_tiles_total + k0 / kTileK + kt;
-      copy_async_16_streaming(weights + c, params.tiles + tile_index * 32 + rest % 32, policy);
+    const uint4* source_base =
+        params.tiles +
+        (static_cast<std::size_t>(n_block) * kWarpsN * k_tiles_total + kk * (kStageK / kTileK)) *
+            32;
+#pragma unroll
+    for (int i = 0; i < kWeightCopies; ++i) {
+      copy_async_16_streaming(weights + thread + i * G::kThreads, source_base + weight_offset[i],
+                              policy);
     }
     T* activations = reinterpret_cast<T*>(base + G::kWeightBytes);
     constexpr int kActivationChunks = G::kRows * (kStageK / 8);
@@ -211,8 +265,8 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK) k_w4a16_gemm(const Ker
       const T* source = valid ? x + static_cast<std::size_t>(row) * params.k + k0 + col * 8 : x;
       copy_async_16(activations + r * kAPitch + col * 8, source, valid);
     }
-    const int first_group = k0 / params.group_size;
-    const int group_rows = (k0 + kStageK - 1) / params.group_size - first_group + 1;
+    const int first_group = params.group_divisor.divide(k0);
+    const int group_rows = params.group_divisor.divide(k0 + kStageK - 1) - first_group + 1;
     std::uint16_t* scales =
         reinterpret_cast<std::uint16_t*>(base + G::kWeightBytes + G::kActivationBytes);
     const int scale_chunks = group_rows * kWarpsN * 8;
@@ -253,15 +307,14 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK) k_w4a16_gemm(const Ker
   // Per-thread scale and (magic + zero) for its 8 columns, reloaded when the group changes.
   Pair scale_pairs[8];
   std::uint32_t zero_pairs[8];
+  Pair zero_pairs_high[8];  // fp16 only: -(64 + zero), for nibbles read at 16x (see below)
   int current_group = -1;
   const int lane_group = lane / 4;  // the B-fragment column within each n8 tile
 
-  auto compute_stage = [&](int it, int slot) {
-    const int tile = it / ipt;
-    const int kk = it - tile * ipt;
+  auto compute_stage = [&](int kk, int slot) {
     const int k0 = kk * kStageK;
-    const int first_group = k0 / params.group_size;
-    const bool one_group = (k0 + kStageK - 1) / params.group_size == first_group;
+    const int first_group = params.group_divisor.divide(k0);
+    const bool one_group = params.group_divisor.divide(k0 + kStageK - 1) == first_group;
     const unsigned char* base = stage_base(slot);
     const uint4* weights = reinterpret_cast<const uint4*>(base);
     const T* activations = reinterpret_cast<const T*>(base + G::kWeightBytes);
@@ -272,7 +325,7 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK) k_w4a16_gemm(const Ker
 #pragma unroll
     for (int i = 0; i < G::kTilesPerWarp; ++i) {
       const int kt = warp_k * G::kTilesPerWarp + i;
-      const int group = one_group ? first_group : (k0 + kt * kTileK) / params.group_size;
+      const int group = one_group ? first_group : params.group_divisor.divide(k0 + kt * kTileK);
       if (group != current_group) {
         current_group = group;
         const int row = group - first_group;
@@ -292,10 +345,16 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK) k_w4a16_gemm(const Ker
           for (int j = 0; j < 8; ++j) {
             const std::uint32_t zero = (z_words[j / 4] >> (8 * (j % 4))) & 0xfu;
             zero_pairs[j] = TypeTraits<T>::kMagic | (zero * 0x00010001u);
+            if constexpr (std::is_same_v<T, __half>) {
+              zero_pairs_high[j] = __float2half2_rn(-64.0f - static_cast<float>(zero));
+            }
           }
         } else {
 #pragma unroll
-          for (int j = 0; j < 8; ++j) zero_pairs[j] = TypeTraits<T>::kMagic | 0x00080008u;
+          for (int j = 0; j < 8; ++j) {
+            zero_pairs[j] = TypeTraits<T>::kMagic | 0x00080008u;
+            if constexpr (std::is_same_v<T, __half>) zero_pairs_high[j] = __float2half2_rn(-72.0f);
+          }
         }
       }
       std::uint32_t a[kMTiles][4];
@@ -309,13 +368,30 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK) k_w4a16_gemm(const Ker
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         std::uint32_t b[4];
+        if constexpr (std::is_same_v<T, __half>) {
+          // fp16: nibbles at bits 4-7 are taken in place as 1024 + 16q, then q - zero =
+          // (1024 + 16q) / 16 - (64 + zero) in one exact fma; one shift serves 4 nibbles.
+          const Pair one_sixteenth = __float2half2_rn(0.0625f);
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int j = 2 * w + s / 2;
-          const Pair raw =
-              as_pair<Pair>(and_or(words[w] >> (4 * s), 0x000f000fu, TypeTraits<T>::kMagic));
-          // (magic + q) - (magic + zero) is exact; one rounding in the scale multiply.
-          b[s] = as_bits(__hmul2(__hsub2(raw, as_pair<Pair>(zero_pairs[j])), scale_pairs[j]));
+          for (int half = 0; half < 2; ++half) {
+            const int j = 2 * w + half;
+            const std::uint32_t word = words[w] >> (8 * half);
+            const Pair low = as_pair<Pair>(and_or(word, 0x000f000fu, TypeTraits<T>::kMagic));
+            const Pair high = as_pair<Pair>(and_or(word, 0x00f000f0u, TypeTraits<T>::kMagic));
+            b[2 * half] =
+                as_bits(__hmul2(__hsub2(low, as_pair<Pair>(zero_pairs[j])), scale_pairs[j]));
+            b[2 * half + 1] =
+                as_bits(__hmul2(__hfma2(high, one_sixteenth, zero_pairs_high[j]), scale_pairs[j]));
+          }
+        } else {
+#pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            const int j = 2 * w + s / 2;
+            const Pair raw =
+                as_pair<Pair>(and_or(words[w] >> (4 * s), 0x000f000fu, TypeTraits<T>::kMagic));
+            // (magic + q) - (magic + zero) is exact; one rounding in the scale multiply.
+            b[s] = as_bits(__hmul2(__hsub2(raw, as_pair<Pair>(zero_pairs[j])), scale_pairs[j]));
+          }
         }
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
@@ -330,9 +406,10 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK) k_w4a16_gemm(const Ker
   __shared__ int is_last_block;
 
   // Ends a segment of tile `tile` that covered `length` of its k-stages.
-  auto flush = [&](int tile, int length) {
-    const int n_block = tile / params.m_blocks;
-    const int m_block = tile - n_block * params.m_blocks;
+  auto flush = [&](const Position& p, int length) {
+    const int tile = p.tile;
+    const int n_block = p.n_block;
+    const int m_block = p.m_block;
     if constexpr (kWarpsK > 1) {
       if (warp_k > 0) {
         float* mine = reduction + ((warp_k - 1) * kWarpsN + warp_n) * 32 * G::kAccumulators;
@@ -415,9 +492,14 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK) k_w4a16_gemm(const Ker
   };
 
   // Prologue: kStages-1 stages in flight before the first compute.
+  Position load_position = position_of(begin);
+  Position compute_position = load_position;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (begin + s < end) load_stage(begin + s, s);
+    if (begin + s < end) {
+      load_stage(load_position, s);
+      advance(load_position);
+    }
     copy_async_commit();
   }
   int segment_start = begin;
@@ -426,18 +508,21 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK) k_w4a16_gemm(const Ker
   for (int it = begin; it < end; ++it) {
     copy_async_wait<kStages - 2>();
     __syncthreads();
-    const int next = it + kStages - 1;
-    if (next < end) load_stage(next, write_slot);
+    if (it + kStages - 1 < end) {
+      load_stage(load_position, write_slot);
+      advance(load_position);
+    }
     copy_async_commit();
     write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
-    compute_stage(it, read_slot);
+    compute_stage(compute_position.kk, read_slot);
     read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
-    if ((it + 1) % ipt == 0 || it + 1 == end) {
-      flush(it / ipt, it + 1 - segment_start);
+    if (compute_position.kk + 1 == ipt || it + 1 == end) {
+      flush(compute_position, it + 1 - segment_start);
       clear();
       current_group = -1;
       segment_start = it + 1;
     }
+    advance(compute_position);
   }
   copy_async_wait<0>();
 }
@@ -820,6 +905,8 @@ Status W4A16Gemm::run(StreamHandle stream) {
   params.k = w.k;
   params.group_size = w.group_size;
   params.m_blocks = (m + 16 * config_.m_tiles - 1) / (16 * config_.m_tiles);
+  params.group_divisor = FastDivisor(static_cast<std::uint32_t>(w.group_size));
+  params.m_block_divisor = FastDivisor(static_cast<std::uint32_t>(params.m_blocks));
   params.n_blocks = w.n / config_.block_n;
   params.iterations_per_tile = w.k / kStageK;
   params.total_iterations = config_.iterations;

@@ -40,8 +40,9 @@ struct Case {
 
 std::string case_name(const Case& c) {
   return std::string(activation_type_name(c.type)) + "_" + c.format.name + "_g" +
-         std::to_string(c.group_size) + "_m" + std::to_string(c.m) + "_k" + std::to_string(c.k) +
-         "_n" + std::to_string(c.n) + (c.options.force_path == 1 ? "_cublas" : "") +
+         (c.group_size < 0 ? std::string("channel") : std::to_string(c.group_size)) + "_m" +
+         std::to_string(c.m) + "_k" + std::to_string(c.k) + "_n" + std::to_string(c.n) +
+         (c.options.force_path == 1 ? "_cublas" : "") +
          (c.options.force_blocks > 0 ? "_grid" + std::to_string(c.options.force_blocks) : "");
 }
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# W4A16 GEMM vs cuBLAS fp16 (gpuopt bench gemm --quick): JSON to $OUT/gemm.json, then one RESULT
+# line per shape with the speedup at M=1, 16, 64 and the minimum over M = 1..256.
+set -uo pipefail
+out="${OUT:-.}"
+bin="${GPUOPT_BIN:-./build/tools/gpuopt}"
+"$bin/gpuopt" bench gemm --quick --json >"$out/gemm.json" 2>"$out/gemm.stderr"
+rc=$?
+python3 - "$out/gemm.json" <<'PY'
+import json, sys
+try:
+    data = json.load(open(sys.argv[1]))
+except Exception as error:  # the bench failed before writing JSON
+    print(f"RESULT: gemm no JSON ({error})")
+    sys.exit(0)
+for case in data.get("testcases", []):
+    d = case.get("data") or {}
+    if case.get("outcome") != "passed" or "rows" not in d:
+        print(f"RESULT: {case.get('key')} {case.get('outcome')} {case.get('reason', '')}")
+        continue
+    s = {r["m"]: r["speedup_vs_cublas_fp16"] for r in d["rows"]}
+    us = {r["m"]: r["gpuopt_fp16_us"] for r in d["rows"]}
+    met = d.get("targets_met")
+    print(f"RESULT: {case['key']} x cuBLAS M1 {s.get(1, 0):.2f} M16 {s.get(16, 0):.2f} "
+          f"M64 {s.get(64, 0):.2f} min {d['min_speedup_vs_cublas_fp16']:.2f} "
+          f"(M1 {us.get(1, 0):.1f} us)" + ("" if met is None else f" targets {'met' if met else 'MISSED'}"))
+PY
+exit $rc
