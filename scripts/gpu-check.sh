@@ -17,7 +17,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# cuDNN lives in PyTorch's environment on the GPU machine (the pipeline's networks use it).
+cudnn_dir=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:${cudnn_dir:+$cudnn_dir:}${LD_LIBRARY_PATH:-}"
 export GPUOPT_TEST_DATA_DIR="$PWD/tests/data"
 export GPUOPT_BIN="$bundle/bin"
 export PATH="$bundle/bin:/usr/local/cuda/bin:$PATH"
@@ -36,7 +38,7 @@ for test_binary in "$bundle"/bin/unit_* "$bundle"/bin/gpu_*; do
   [ -n "$only" ] && [[ "$name" != *$only* ]] && continue
   log="$out/test_$name.log"
   start=$(date +%s)
-  "$test_binary" --gtest_brief=1 >"$log" 2>&1
+  timeout "${GPU_CHECK_TEST_TIMEOUT:-240}" "$test_binary" --gtest_brief=1 >"$log" 2>&1
   rc=$?
   seconds=$(( $(date +%s) - start ))
   skipped=$(grep -oE '\[  SKIPPED \] [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
@@ -46,7 +48,7 @@ for test_binary in "$bundle"/bin/unit_* "$bundle"/bin/gpu_*; do
       "passed=$passed failed=$failed skipped=$skipped (${seconds} s)"
   if [ $sanitize -eq 1 ] && [[ "$name" == gpu_* ]]; then
     for tool in memcheck racecheck; do
-      compute-sanitizer --tool $tool --error-exitcode 9 "$test_binary" --gtest_brief=1 \
+      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$test_binary" --gtest_brief=1 \
         >"$out/sanitize_${tool}_$name.log" 2>&1
       src=$?
       row "  $tool $name" "$([ $src -eq 0 ] && echo ok || echo FAIL)" \
@@ -61,7 +63,7 @@ for script in scripts/gpu-check.d/*.sh; do
   [ -n "$only" ] && [[ "$name" != *$only* ]] && continue
   log="$out/bench_$name.log"
   start=$(date +%s)
-  OUT="$out" bash "$script" >"$log" 2>&1
+  OUT="$out" timeout "${GPU_CHECK_BENCH_TIMEOUT:-150}" bash "$script" >"$log" 2>&1
   rc=$?
   # A bench script prints its own one-line result last, prefixed "RESULT: ".
   result=$(grep '^RESULT: ' "$log" | tail -3 | sed 's/^RESULT: //' | paste -sd ';' -)
