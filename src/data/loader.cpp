@@ -259,6 +259,7 @@ struct Loader::State {
       record_decision(controller.memory_pressure(in_use, now_s(), batches, status.message()));
       alloc_blocked = true;
       work_cv.notify_all();
+      ready_cv.notify_all();  // a consumer waiting with nothing in flight must see starved()
       return;
     }
     if (stopping || !failure.ok()) {
