@@ -614,7 +614,8 @@ int exit_code_for(const std::vector<TestcaseResult>& results) {
   int code = 0;
   for (const auto& result : results) {
     if (result.outcome == Outcome::kFailed) return 2;
-    if (result.outcome == Outcome::kPassed && result.data.value("criteria_met", true) == false) {
+    if (result.outcome == Outcome::kPassed && result.data.is_object() &&
+        result.data.value("criteria_met", true) == false) {
       code = 1;
     }
   }
