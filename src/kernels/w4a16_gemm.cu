@@ -16,7 +16,6 @@ namespace {
 
 // fmt's headers do not compile under nvcc here, so messages are built from pieces.
 std::string piece(const char* value) { return value; }
-std::string piece(const std::string& value) { return value; }
 template <typename Number>
 std::string piece(Number value) {
   return std::to_string(value);
@@ -653,6 +652,21 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
     plan.permuted_offset = offset;
     offset = align_up(offset + static_cast<std::size_t>(m) * w.k * 2);
   }
+  int device = 0;
+  GPUOPT_CUDA_TRY(cudaGetDevice(&device));
+  int optin = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const bool wide = w.n % (4 * kTileN) == 0;
+  // The deepest m-tiling whose shared memory this GPU allows (Ampere/Ada give a block 99-163 KB,
+  // less than the 4-m-tile kernel wants); none fits: the cuBLAS path.
+  int m_tiles = m <= 16 ? 1 : m <= 32 ? 2 : 4;
+  while (m_tiles > 1 &&
+         variant_for(w.type, m_tiles, wide).shared_bytes > static_cast<std::size_t>(optin)) {
+    m_tiles /= 2;
+  }
+  if (variant_for(w.type, m_tiles, wide).shared_bytes > static_cast<std::size_t>(optin)) {
+    fallback = true;
+  }
   if (fallback) {
     config.path = W4A16Path::kDequantCublas;
     plan.dense_offset = offset;
@@ -661,8 +675,7 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
     return plan;
   }
   config.path = W4A16Path::kTensorCore;
-  config.m_tiles = m <= 16 ? 1 : m <= 32 ? 2 : 4;
-  const bool wide = w.n % (4 * kTileN) == 0;
+  config.m_tiles = m_tiles;
   const Variant variant = variant_for(w.type, config.m_tiles, wide);
   config.block_n = variant.warps_n * kTileN;
   config.threads = variant.threads;
@@ -672,16 +685,8 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   config.tiles = m_blocks * (w.n / config.block_n);
   config.iterations = config.tiles * (w.k / kStageK);
 
-  int device = 0;
-  GPUOPT_CUDA_TRY(cudaGetDevice(&device));
   int sms = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int optin = 0;
-  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (variant.shared_bytes > static_cast<std::size_t>(optin)) {
-    return invalid_argument(text("the W4A16 kernel for M=", m, " needs ", variant.shared_bytes,
-                                 " bytes of shared memory; this GPU allows ", optin));
-  }
   GPUOPT_CUDA_TRY(cudaFuncSetAttribute(variant.function,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(variant.shared_bytes)));
