@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Runs one external vector engine on the same data and queries as `gpuopt bench vector`.
 
+`--compare` instead runs, in one go: `gpuopt bench vector` (exact and IVF on the CPU, exporting its
+data and float64 ground truth), then FAISS flat/IVF (same nlist, nprobe and threads) and hnswlib on
+that exported data, each engine `--repeat` times, and prints one table (and JSON with --json-out).
+
 Reads base.npy / queries.npy / truth_ids.npy / truth_distances.npy from --data, builds the
 engine's index, and prints one JSON object: build time, peak RSS, and for each configuration
 (nprobe / ef) recall@k (id overlap and ann-benchmarks' distance rule), QPS at batch 1 and at the
@@ -8,7 +12,9 @@ full batch, and batch-1 latency p50/p99. Engines whose package is missing report
 """
 import argparse
 import json
+import os
 import resource
+import subprocess
 import sys
 import time
 
@@ -20,22 +26,24 @@ def peak_rss_mib():
 
 
 def recall(found_ids, base, queries, truth_ids, truth_distances, k):
-    """Id overlap, and ann-benchmarks' rule: a hit counts when its true L2 distance is within
-    (1 + 1e-3) of the k-th true distance."""
+    """Id overlap, and ann-benchmarks' k-nn rule (the same as `gpuopt bench vector`): a returned
+    id counts when its true Euclidean distance, recomputed in float64, is at most the k-th true
+    Euclidean distance (truth_distances) + 1e-3."""
     overlap = 0
     by_distance = 0
     for q in range(len(queries)):
-        ids = [int(i) for i in found_ids[q][:k] if i >= 0]
+        ids = [int(i) for i in found_ids[q][:k] if 0 <= i < len(base)]
         overlap += len(set(ids) & set(int(t) for t in truth_ids[q][:k]))
         if ids:
-            d = ((base[ids] - queries[q]) ** 2).sum(axis=1)
-            threshold = truth_distances[q][k - 1] * (1 + 1e-3) + 1e-6
-            by_distance += int((d <= threshold).sum())
+            diff = base[ids].astype(np.float64) - queries[q].astype(np.float64)
+            d = np.sqrt((diff ** 2).sum(axis=1))
+            by_distance += int((d <= truth_distances[q][k - 1] + 1e-3).sum())
     total = len(queries) * k
     return overlap / total, by_distance / total
 
 
 def measure(search_batch, search_one, base, queries, truth_ids, truth_distances, k, single):
+    search_batch(queries[:min(len(queries), 50)])  # warm-up, as gpuopt bench vector does
     start = time.perf_counter()
     ids = search_batch(queries)
     batch_seconds = time.perf_counter() - start
@@ -132,11 +140,108 @@ def run(args):
     return out
 
 
+def run_engine_process(args, engine, data_dir, params):
+    command = [sys.executable, __file__, "--engine", engine, "--data", data_dir, "--k", str(args.k),
+               "--params", params, "--nlist", str(args.nlist), "--iterations",
+               str(args.iterations), "--hnsw-m", str(args.hnsw_m), "--ef-construction",
+               str(args.ef_construction), "--threads", str(args.threads), "--single",
+               str(args.single)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"engine": engine, "error": done.stderr.strip()[-2000:]}
+    return json.loads(done.stdout)
+
+
+def gpuopt_rows(doc):
+    """Flattens `gpuopt bench vector --json` into the compare table's rows."""
+    rows = []
+    cases = {t["key"]: t for t in doc["testcases"]}
+    exact = cases.get("exact-cpu", {}).get("data")
+    if exact:
+        by_batch = {r["batch"]: r for r in exact["rows"]}
+        single = by_batch.get(1, {})
+        batch = [r for b, r in by_batch.items() if b != 1]
+        rows.append({"engine": "gpuopt-exact-cpu", "param": 0, "build_seconds": 0,
+                     "recall_ids": exact["id_recall"], "recall_distance": exact["distance_recall"],
+                     "qps_batch": batch[0]["qps"] if batch else None,
+                     "qps_batch1": single.get("qps"), "latency_p50_ms": single.get("p50_ms"),
+                     "latency_p99_ms": single.get("p99_ms"),
+                     "peak_rss_mib": exact.get("peak_rss_mib")})
+    ivf = cases.get("ivf-cpu", {}).get("data")
+    if ivf:
+        for r in ivf["sweep"]:
+            rows.append({"engine": "gpuopt-ivf-cpu", "param": r["nprobe"],
+                         "build_seconds": ivf["build_s"], "recall_ids": r["id_recall"],
+                         "recall_distance": r["distance_recall"], "qps_batch": r["batch_qps"],
+                         "qps_batch1": r["batch1_qps"], "latency_p50_ms": r["p50_ms"],
+                         "latency_p99_ms": r["p99_ms"], "peak_rss_mib": ivf.get("peak_rss_mib")})
+    return rows
+
+
+def compare(args):
+    out_dir = os.path.abspath(args.out)
+    data_dir = os.path.join(out_dir, "data")
+    os.makedirs(out_dir, exist_ok=True)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    report = {"started": started, "load_before": os.getloadavg(), "runs": []}
+    table = []
+    nprobes = args.nprobe
+    for repeat in range(1, args.repeat + 1):
+        command = [args.gpuopt, "bench", "vector", "--json", "--testcase", "exact-cpu,ivf-cpu",
+                   "--threads", str(args.threads), "--nlist", str(args.nlist), "--nprobe", nprobes,
+                   "--k", str(args.k), "--single", str(args.single), "--export", data_dir]
+        if args.queries:
+            command += ["--queries", str(args.queries)]
+        if args.rows:
+            command += ["--rows", str(args.rows)]
+        if args.gpuopt_data:
+            command += ["--data", args.gpuopt_data]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode not in (0, 1):
+            raise SystemExit(f"gpuopt bench vector failed ({done.returncode}): {done.stderr}")
+        doc = json.loads(done.stdout)
+        report["runs"].append({"engine": "gpuopt", "repeat": repeat, "command": command,
+                               "result": doc})
+        for row in gpuopt_rows(doc):
+            table.append(dict(row, repeat=repeat))
+        print(f"gpuopt run {repeat} done", file=sys.stderr)
+    engines = [("faiss-flat", "0"), ("faiss-ivf", nprobes), ("hnswlib", args.ef)]
+    for engine, params in engines:
+        for repeat in range(1, args.repeat + 1):
+            result = run_engine_process(args, engine, data_dir, params)
+            report["runs"].append({"engine": engine, "repeat": repeat, "result": result})
+            for c in result.get("configs", []):
+                table.append(dict(c, engine=engine, repeat=repeat,
+                                  build_seconds=result.get("build_seconds"),
+                                  peak_rss_mib=result.get("peak_rss_mib"),
+                                  version=result.get("version")))
+            if "configs" not in result:
+                print(f"{engine}: {result}", file=sys.stderr)
+            print(f"{engine} run {repeat} done", file=sys.stderr)
+    report["load_after"] = os.getloadavg()
+    report["table"] = table
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(report, f, indent=1)
+    fmt = lambda v, d: "-" if v is None else f"{v:.{d}f}"
+    print(f"started {started}, load average before {report['load_before'][0]:.2f}, "
+          f"after {report['load_after'][0]:.2f}, threads {args.threads}, nlist {args.nlist}")
+    print("| engine | run | nprobe/ef | recall ids | recall dist | QPS batch | QPS b=1 | p50 ms "
+          "| p99 ms | build s | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in table:
+        print(f"| {r['engine']} | {r['repeat']} | {r['param']} | {fmt(r['recall_ids'], 4)} | "
+              f"{fmt(r['recall_distance'], 4)} | {fmt(r['qps_batch'], 0)} | "
+              f"{fmt(r['qps_batch1'], 0)} | {fmt(r['latency_p50_ms'], 3)} | "
+              f"{fmt(r['latency_p99_ms'], 3)} | {fmt(r.get('build_seconds'), 2)} | "
+              f"{fmt(r.get('peak_rss_mib'), 0)} |")
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--engine", required=True,
-                        help="faiss-flat | faiss-ivf | faiss-hnsw | hnswlib | chroma")
-    parser.add_argument("--data", required=True)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", help="faiss-flat | faiss-ivf | faiss-hnsw | hnswlib | chroma")
+    parser.add_argument("--data", help="directory with base/queries/truth .npy")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--params", default="", help="nprobe (IVF) or ef (HNSW) values, comma list")
     parser.add_argument("--nlist", type=int, default=256)
@@ -145,7 +250,25 @@ def main():
     parser.add_argument("--ef-construction", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--single", type=int, default=200, help="queries timed one at a time")
+    compare_group = parser.add_argument_group("--compare")
+    compare_group.add_argument("--compare", action="store_true",
+                               help="run gpuopt, FAISS and hnswlib on the same data in one go")
+    compare_group.add_argument("--gpuopt", default="build/tools/gpuopt/gpuopt")
+    compare_group.add_argument("--gpuopt-data", default="",
+                               help="--data for gpuopt bench vector (default Fashion-MNIST)")
+    compare_group.add_argument("--out", default="/tmp/gpuopt-vector-compare")
+    compare_group.add_argument("--json-out", default="")
+    compare_group.add_argument("--nprobe", default="1,2,4,8,16,32,64")
+    compare_group.add_argument("--ef", default="10,20,40,80,160")
+    compare_group.add_argument("--queries", type=int, default=0)
+    compare_group.add_argument("--rows", type=int, default=0, help="base rows (0 = all)")
+    compare_group.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
+    if args.compare:
+        compare(args)
+        return
+    if not args.engine or not args.data:
+        parser.error("--engine and --data are required (or --compare)")
     try:
         result = run(args)
     except ImportError as error:
