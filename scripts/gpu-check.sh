@@ -6,8 +6,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle="$PWD/.gpu-bundle"
-out="${OUT:-$PWD/out/gpu-check}"
-mkdir -p "$out"
+# Logs and JSON go to a work folder; $OUT (at most 8 files come back) gets one archive of it plus
+# the summary.
+final_out="${OUT:-$PWD/out/gpu-check}"
+out=$(mktemp -d /tmp/gpu-check.XXXXXX)
+mkdir -p "$final_out"
 sanitize=0
 only=""
 while [ $# -gt 0 ]; do
@@ -71,6 +74,8 @@ for script in scripts/gpu-check.d/*.sh; do
       "${result:-see $log} ($(( $(date +%s) - start )) s)"
 done
 
+tar czf "$final_out/gpu-check.tgz" -C "$out" . 2>/dev/null
+cp "$summary" "$final_out/summary.txt"
 echo
 cat "$out/device.txt"
 echo "---- gpu-check summary ----"
