@@ -46,3 +46,33 @@ for precision in ("fp32", "tf32"):
               open(f"{out}/summary_{precision}.json", "w"))
 PY
 echo "RESULT: cold open 1Mx128 store: ${open_ms} ms (best of 5)"
+
+# `gpuopt bench vector`: the audit's quick run (every testcase, exact-gpu included), then exact
+# search on CPU and GPU over 200k x 128 synthetic vectors, both scored against float64 truth.
+"$gpuopt" bench vector --quick --json >"$out/bench_quick.json"
+echo "RESULT: bench vector --quick exit $?"
+"$gpuopt" bench vector --synthetic --rows 200000 --dim 128 --queries 1000 \
+  --testcase exact-cpu,exact-gpu --json >"$out/bench_exact.json"
+echo "RESULT: bench vector exact 200k x 128 exit $?"
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+for name in ("bench_quick", "bench_exact"):
+    try:
+        doc = json.load(open(f"{out}/{name}.json"))
+    except Exception as error:
+        print(f"RESULT: {name}: no JSON ({error})")
+        continue
+    for t in doc["testcases"]:
+        d = t.get("data") or {}
+        if t["outcome"] != "passed":
+            print(f"RESULT: {name} {t['key']}: {t['outcome']} {t.get('reason', '')}")
+        elif t["key"] == "exact-gpu":
+            for r in d["precisions"]:
+                print(f"RESULT: {name} exact-gpu {r['precision']}: recall ids {r['id_recall']:.4f} "
+                      f"dist {r['distance_recall']:.4f}, QPS b=1000 {r['batch_qps']:.0f}, "
+                      f"b=1 {r['batch1_qps']:.0f}, p99 {r['p99_ms']:.3f} ms")
+        elif t["key"] == "exact-cpu":
+            print(f"RESULT: {name} exact-cpu: recall dist {d['distance_recall']:.4f}, "
+                  + ", ".join(f"b={r['batch']} {r['qps']:.0f} QPS" for r in d["rows"]))
+PY
