@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run ON THE GPU MACHINE (device tool), from the repository root, with .gpu-bundle carried:
-#   bash scripts/gpu-check.sh [--sanitize] [--only PATTERN]
+#   bash scripts/gpu-check.sh [--sanitize] [--only REGEX]   (e.g. --only 'streams|gpu_runtime')
 # Runs every test binary (gpu-labelled tests run for real there), then every benchmark script in
 # scripts/gpu-check.d/*.sh, writes logs and JSON under $OUT, and prints a short table last.
 set -uo pipefail
@@ -38,7 +38,7 @@ row() { printf '%-34s %-8s %s\n' "$1" "$2" "$3" | tee -a "$summary" >/dev/null; 
 for test_binary in "$bundle"/bin/unit_* "$bundle"/bin/gpu_*; do
   [ -x "$test_binary" ] || continue
   name=$(basename "$test_binary")
-  [ -n "$only" ] && [[ "$name" != *$only* ]] && continue
+  [ -n "$only" ] && [[ ! "$name" =~ $only ]] && continue
   log="$out/test_$name.log"
   start=$(date +%s)
   timeout "${GPU_CHECK_TEST_TIMEOUT:-240}" "$test_binary" --gtest_brief=1 >"$log" 2>&1
@@ -51,7 +51,10 @@ for test_binary in "$bundle"/bin/unit_* "$bundle"/bin/gpu_*; do
       "passed=$passed failed=$failed skipped=$skipped (${seconds} s)"
   if [ $sanitize -eq 1 ] && [[ "$name" == gpu_* ]]; then
     for tool in memcheck racecheck; do
-      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$test_binary" --gtest_brief=1 \
+      # cuDNN's sm90 xmma kernels synchronise through the async proxy, which racecheck does not
+      # model; it reports hazards inside them. gpuopt's own kernels are all checked.
+      timeout 300 compute-sanitizer --tool $tool --kernel-name-exclude kns=cudnn --error-exitcode 9 \
+        "$test_binary" --gtest_brief=1 \
         >"$out/sanitize_${tool}_$name.log" 2>&1
       src=$?
       row "  $tool $name" "$([ $src -eq 0 ] && echo ok || echo FAIL)" \
@@ -63,7 +66,7 @@ done
 for script in scripts/gpu-check.d/*.sh; do
   [ -f "$script" ] || continue
   name=$(basename "$script" .sh)
-  [ -n "$only" ] && [[ "$name" != *$only* ]] && continue
+  [ -n "$only" ] && [[ ! "$name" =~ $only ]] && continue
   log="$out/bench_$name.log"
   start=$(date +%s)
   OUT="$out" timeout "${GPU_CHECK_BENCH_TIMEOUT:-150}" bash "$script" >"$log" 2>&1

@@ -206,7 +206,8 @@ StatusOr<SmPartitionBackend> green_context_backend(const Device& device) {
   resolve(driver->split_by_count, "cuDevSmResourceSplitByCount", 12040, missing);
   resolve(driver->generate_desc, "cuDevResourceGenerateDesc", 12040, missing);
   resolve(driver->create, "cuGreenCtxCreate", 12040, missing);
-  resolve(driver->stream_create, "cuGreenCtxStreamCreate", 12040, missing);
+  // cuGreenCtxStreamCreate arrived in CUDA 12.5; asking for 12.4 finds nothing.
+  resolve(driver->stream_create, "cuGreenCtxStreamCreate", 12050, missing);
   resolve(driver->destroy, "cuGreenCtxDestroy", 12040, missing);
   resolve(driver->stream_destroy, "cuStreamDestroy", 12000, missing);
 
