@@ -35,7 +35,6 @@ struct StagePlan {
   std::string title;
   std::vector<std::string> command;  // path of subcommands + flags
   std::size_t subcommand_depth;      // how many leading words name the subcommand
-  bool exit_1_2_are_findings;        // doctor: 1/2 mean warnings/errors found, not a failure
 };
 
 std::vector<StagePlan> audit_plan(bool full) {
@@ -47,17 +46,16 @@ std::vector<StagePlan> audit_plan(bool full) {
     return words;
   };
   return {
-      {"doctor", "Platform diagnosis (doctor)", {"doctor", "--json"}, 1, true},
-      {"bench.pcie", "PCIe transfers (bench pcie)", with({"bench", "pcie"}), 2, false},
+      {"doctor", "Platform diagnosis (doctor)", {"doctor", "--json"}, 1},
+      {"bench.pcie", "PCIe transfers (bench pcie)", with({"bench", "pcie"}), 2},
       {"bench.streams", "Stream priorities and SM partitions (bench streams)",
-       with({"bench", "streams"}), 2, false},
-      {"bench.loader", "Adaptive prefetch loader (bench loader)", with({"bench", "loader"}), 2,
-       false},
-      {"bench.scaler", "Loss scaler (bench scaler)", with({"bench", "scaler"}), 2, false},
-      {"bench.gemm", "W4A16 GEMM (bench gemm)", with({"bench", "gemm"}), 2, false},
-      {"bench.vector", "Vector store (bench vector)", with({"bench", "vector"}), 2, false},
-      {"pipeline", "Multi-stream pipeline, baseline vs optimized (pipeline)", with({"pipeline"}), 1,
-       false},
+       with({"bench", "streams"}), 2},
+      {"bench.loader", "Adaptive prefetch loader (bench loader)", with({"bench", "loader"}), 2},
+      {"bench.scaler", "Loss scaler (bench scaler)", with({"bench", "scaler"}), 2},
+      {"bench.gemm", "W4A16 GEMM (bench gemm)", with({"bench", "gemm"}), 2},
+      {"bench.vector", "Vector store (bench vector)", with({"bench", "vector"}), 2},
+      {"pipeline", "Multi-stream pipeline, baseline vs optimized (pipeline)", with({"pipeline"}),
+       1},
   };
 }
 
@@ -191,8 +189,9 @@ int run_audit(CLI::App& app, const AuditOptions& options) {
         std::string text = read_text(stdout_path);
         stage.data = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
         if (stage.data.is_discarded()) stage.data = nullptr;
-        bool exit_ok = ran->exit_code == 0 ||
-                       (step.exit_1_2_are_findings && (ran->exit_code == 1 || ran->exit_code == 2));
+        // Every stage uses the CLI's codes: 1 = warnings (a target missed, a finding), 2 = errors
+        // found, 3 = the tool itself failed. 0-2 with JSON means the stage ran and said so.
+        bool exit_ok = ran->exit_code >= 0 && ran->exit_code <= 2;
         if (ran->timed_out) {
           stage.status = "failed";
           stage.reason =
@@ -211,7 +210,11 @@ int run_audit(CLI::App& app, const AuditOptions& options) {
           classify_waived(stage);
         }
         if (stage.status == "failed") stage.stderr_tail = tail_lines(read_text(stderr_path), 20);
-        if (step.exit_1_2_are_findings && exit_ok) worst = std::max(worst, ran->exit_code);
+        if (exit_ok && stage.status != "failed") {
+          worst = std::max(worst, ran->exit_code);
+          if (ran->exit_code != 0)
+            stage.reason = fmt::format("exit code {} (warnings or errors found)", ran->exit_code);
+        }
       }
     }
     if (stage.status == "failed") worst = std::max(worst, kExitErrors);
