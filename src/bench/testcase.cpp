@@ -46,9 +46,9 @@ Summary summarize(std::span<const double> samples) {
 }
 
 nlohmann::json to_json(const Summary& s) {
-  return {{"count", s.count}, {"median", s.median}, {"mean", s.mean}, {"min", s.min},
-          {"max", s.max},     {"stddev", s.stddev}, {"p10", s.p10},   {"p90", s.p90},
-          {"p99", s.p99}};
+  return {{"count", s.count}, {"median", s.median}, {"mean", s.mean},
+          {"min", s.min},     {"max", s.max},       {"stddev", s.stddev},
+          {"p10", s.p10},     {"p90", s.p90},       {"p99", s.p99}};
 }
 
 std::string render_table(const Table& table) {
@@ -64,7 +64,8 @@ std::string render_table(const Table& table) {
     for (std::size_t c = 0; c < widths.size(); ++c) {
       const std::string& cell = c < cells.size() ? cells[c] : std::string();
       // First column left-aligned (labels), the rest right-aligned (numbers).
-      out += c == 0 ? fmt::format("{:<{}}", cell, widths[c]) : fmt::format("  {:>{}}", cell, widths[c]);
+      out += c == 0 ? fmt::format("{:<{}}", cell, widths[c])
+                    : fmt::format("  {:>{}}", cell, widths[c]);
     }
     out += '\n';
   };
@@ -78,9 +79,12 @@ std::string render_table(const Table& table) {
 
 std::string_view outcome_name(Outcome outcome) {
   switch (outcome) {
-    case Outcome::kPassed: return "passed";
-    case Outcome::kWaived: return "waived";
-    case Outcome::kFailed: return "failed";
+    case Outcome::kPassed:
+      return "passed";
+    case Outcome::kWaived:
+      return "waived";
+    case Outcome::kFailed:
+      return "failed";
   }
   return "failed";
 }
@@ -181,11 +185,16 @@ StatusOr<std::vector<std::size_t>> parse_sizes(const std::string& text) {
     std::string suffix = item.substr(digits);
     for (auto& ch : suffix) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
     std::size_t multiplier = 0;
-    if (suffix.empty() || suffix == "B") multiplier = 1;
-    else if (suffix == "K" || suffix == "KB" || suffix == "KIB") multiplier = 1ull << 10;
-    else if (suffix == "M" || suffix == "MB" || suffix == "MIB") multiplier = 1ull << 20;
-    else if (suffix == "G" || suffix == "GB" || suffix == "GIB") multiplier = 1ull << 30;
-    else return invalid_argument(fmt::format("--sizes: unknown unit '{}' in '{}'", suffix, item));
+    if (suffix.empty() || suffix == "B")
+      multiplier = 1;
+    else if (suffix == "K" || suffix == "KB" || suffix == "KIB")
+      multiplier = 1ull << 10;
+    else if (suffix == "M" || suffix == "MB" || suffix == "MIB")
+      multiplier = 1ull << 20;
+    else if (suffix == "G" || suffix == "GB" || suffix == "GIB")
+      multiplier = 1ull << 30;
+    else
+      return invalid_argument(fmt::format("--sizes: unknown unit '{}' in '{}'", suffix, item));
     if (value == 0) return invalid_argument(fmt::format("--sizes: '{}' is zero bytes", item));
     sizes.push_back(value * multiplier);
     if (end == text.size()) break;

@@ -9,14 +9,22 @@ namespace gpuopt {
 
 std::string_view gpu_api_name(GpuApi api) {
   switch (api) {
-    case GpuApi::kCudaRuntime: return "CUDA runtime";
-    case GpuApi::kCudaDriver: return "CUDA driver";
-    case GpuApi::kNvml: return "NVML";
-    case GpuApi::kCupti: return "CUPTI";
-    case GpuApi::kVulkan: return "Vulkan";
-    case GpuApi::kCufile: return "cuFile";
-    case GpuApi::kCublas: return "cuBLAS";
-    case GpuApi::kCudnn: return "cuDNN";
+    case GpuApi::kCudaRuntime:
+      return "CUDA runtime";
+    case GpuApi::kCudaDriver:
+      return "CUDA driver";
+    case GpuApi::kNvml:
+      return "NVML";
+    case GpuApi::kCupti:
+      return "CUPTI";
+    case GpuApi::kVulkan:
+      return "Vulkan";
+    case GpuApi::kCufile:
+      return "cuFile";
+    case GpuApi::kCublas:
+      return "cuBLAS";
+    case GpuApi::kCudnn:
+      return "cuDNN";
   }
   return "unknown API";
 }
@@ -24,9 +32,9 @@ std::string_view gpu_api_name(GpuApi api) {
 Status gpu_api_error(GpuApi api, StatusCode canonical, long code, std::string_view error_name,
                      std::string_view error_text, const char* expression, const char* file,
                      int line) {
-  return Status(canonical, fmt::format("{} call `{}` failed: {} ({}, code {}) at {}:{}",
-                                       gpu_api_name(api), expression, error_name, error_text, code,
-                                       file, line));
+  return Status(canonical,
+                fmt::format("{} call `{}` failed: {} ({}, code {}) at {}:{}", gpu_api_name(api),
+                            expression, error_name, error_text, code, file, line));
 }
 
 void report_unreturnable(const Status& status) {

@@ -7,22 +7,38 @@ namespace gpuopt {
 
 std::string_view status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kCancelled: return "CANCELLED";
-    case StatusCode::kUnknown: return "UNKNOWN";
-    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case StatusCode::kNotFound: return "NOT_FOUND";
-    case StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
-    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
-    case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case StatusCode::kAborted: return "ABORTED";
-    case StatusCode::kOutOfRange: return "OUT_OF_RANGE";
-    case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
-    case StatusCode::kInternal: return "INTERNAL";
-    case StatusCode::kUnavailable: return "UNAVAILABLE";
-    case StatusCode::kDataLoss: return "DATA_LOSS";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kCancelled:
+      return "CANCELLED";
+    case StatusCode::kUnknown:
+      return "UNKNOWN";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case StatusCode::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case StatusCode::kNotFound:
+      return "NOT_FOUND";
+    case StatusCode::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case StatusCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case StatusCode::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case StatusCode::kAborted:
+      return "ABORTED";
+    case StatusCode::kOutOfRange:
+      return "OUT_OF_RANGE";
+    case StatusCode::kUnimplemented:
+      return "UNIMPLEMENTED";
+    case StatusCode::kInternal:
+      return "INTERNAL";
+    case StatusCode::kUnavailable:
+      return "UNAVAILABLE";
+    case StatusCode::kDataLoss:
+      return "DATA_LOSS";
   }
   return "UNKNOWN";
 }
@@ -44,7 +60,9 @@ Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::m
 Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 Status permission_denied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
-Status failed_precondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+Status failed_precondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 Status data_loss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 Status out_of_range(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 

@@ -19,10 +19,10 @@ inline std::string test_data_dir() {
 }  // namespace gpuopt::testing
 
 // Skips the current test, with the reason, when no CUDA device can be used.
-#define GPUOPT_REQUIRE_GPU()                                                              \
-  do {                                                                                    \
-    auto gpuopt_device_count_ = ::gpuopt::cuda_device_count();                            \
-    if (!gpuopt_device_count_.ok()) {                                                     \
-      GTEST_SKIP() << "no GPU: " << gpuopt_device_count_.status().to_string();            \
-    }                                                                                     \
+#define GPUOPT_REQUIRE_GPU()                                                   \
+  do {                                                                         \
+    auto gpuopt_device_count_ = ::gpuopt::cuda_device_count();                 \
+    if (!gpuopt_device_count_.ok()) {                                          \
+      GTEST_SKIP() << "no GPU: " << gpuopt_device_count_.status().to_string(); \
+    }                                                                          \
   } while (0)

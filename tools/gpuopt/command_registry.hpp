@@ -3,7 +3,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 #include <vector>
@@ -40,6 +39,6 @@ bool use_color(int fd);
 #define GPUOPT_CLI_CONCAT_INNER(a, b) a##b
 #define GPUOPT_CLI_CONCAT(a, b) GPUOPT_CLI_CONCAT_INNER(a, b)
 // GPUOPT_REGISTER_COMMAND("bench", 10, [](CLI::App& parent, int& exit_code) { ... });
-#define GPUOPT_REGISTER_COMMAND(group, order, setup)                                   \
+#define GPUOPT_REGISTER_COMMAND(group, order, setup)                                      \
   static ::gpuopt::cli::CommandRegistration GPUOPT_CLI_CONCAT(gpuopt_command_, __LINE__)( \
       group, order, setup)

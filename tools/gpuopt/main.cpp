@@ -1,9 +1,10 @@
-// gpuopt CLI entry point: builds the subcommand tree from the registry, parses, returns the exit code.
+// gpuopt CLI entry point: builds the subcommand tree from the registry, parses, returns the exit
+// code.
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 
 #include "command_registry.hpp"
 

@@ -3,11 +3,10 @@
 // in one testcase is recorded in its result and never stops the others.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,13 +29,13 @@ nlohmann::json to_json(const Summary& summary);
 
 // Options shared by every bench family; each family reads what applies to it.
 struct BenchOptions {
-  bool quick = false;                  // short run for `gpuopt audit`
-  std::vector<std::size_t> sizes;      // bytes; empty = the family's default sweep
-  int samples = 0;                     // 0 = the family's default
-  int warmup = 0;                      // 0 = the family's default
-  int device = 0;                      // CUDA device ordinal
-  std::vector<std::string> only;       // testcase keys to run; empty = all
-  bool progress = false;               // draw a progress bar on stderr
+  bool quick = false;              // short run for `gpuopt audit`
+  std::vector<std::size_t> sizes;  // bytes; empty = the family's default sweep
+  int samples = 0;                 // 0 = the family's default
+  int warmup = 0;                  // 0 = the family's default
+  int device = 0;                  // CUDA device ordinal
+  std::vector<std::string> only;   // testcase keys to run; empty = all
+  bool progress = false;           // draw a progress bar on stderr
 };
 
 // A small text table for people; JSON carries the same figures for programs.
@@ -53,9 +52,9 @@ struct TestcaseResult {
   std::string key;
   std::string description;
   Outcome outcome = Outcome::kPassed;
-  std::string reason;          // why waived or failed
-  Table table;                 // for the text report
-  nlohmann::json data;         // figures, with units in the key names (bandwidth_gbps, latency_us)
+  std::string reason;   // why waived or failed
+  Table table;          // for the text report
+  nlohmann::json data;  // figures, with units in the key names (bandwidth_gbps, latency_us)
   std::vector<std::string> notes;  // verdicts and explanations, one line each
 };
 

@@ -1,6 +1,7 @@
-// One checked-call family for every GPU API gpuopt talks to: CUDA runtime, CUDA driver, NVML, CUPTI.
-// Each failure becomes a Status that names the expression, the API's error name and text, and
-// file:line. API-specific wrappers (cuda_check.hpp, the NVML and CUPTI loaders) map their codes here.
+// One checked-call family for every GPU API gpuopt talks to: CUDA runtime, CUDA driver, NVML,
+// CUPTI. Each failure becomes a Status that names the expression, the API's error name and text,
+// and file:line. API-specific wrappers (cuda_check.hpp, the NVML and CUPTI loaders) map their codes
+// here.
 #pragma once
 
 #include <string_view>

@@ -1,6 +1,6 @@
 // Checked CUDA runtime and driver calls (host-compilable; needs a build with GPUOPT_CUDA).
-//   GPUOPT_CUDA_TRY(cudaMalloc(&p, n));            // returns the Status from the enclosing function
-//   Status s = GPUOPT_CUDA_STATUS(cudaFree(p));    // just the Status
+//   GPUOPT_CUDA_TRY(cudaMalloc(&p, n));            // returns the Status from the enclosing
+//   function Status s = GPUOPT_CUDA_STATUS(cudaFree(p));    // just the Status
 //   GPUOPT_CUDA_TRY_NO_THROW(cudaFree(p));         // destructors: report to stderr
 //   GPUOPT_CUDA_TRY_LAUNCH();                      // after a <<<>>> launch
 //   GPUOPT_CU_TRY(cuCtxGetDevice(&d));             // driver API result (CUresult as int)

@@ -12,9 +12,10 @@ namespace gpuopt {
 
 class DynamicLibrary {
  public:
-  // Tries each name in order (e.g. "libnvidia-ml.so.1", "libnvidia-ml.so"); UNAVAILABLE naming every
-  // attempt and dlerror's text when none loads. GPUOPT_DISABLE_<TAG>=1 in the environment (TAG from
-  // `disable_tag`, e.g. "NVML") refuses to load, so tests and users can simulate a missing library.
+  // Tries each name in order (e.g. "libnvidia-ml.so.1", "libnvidia-ml.so"); UNAVAILABLE naming
+  // every attempt and dlerror's text when none loads. GPUOPT_DISABLE_<TAG>=1 in the environment
+  // (TAG from `disable_tag`, e.g. "NVML") refuses to load, so tests and users can simulate a
+  // missing library.
   static StatusOr<DynamicLibrary> open(std::initializer_list<const char*> names,
                                        const char* disable_tag = nullptr);
 

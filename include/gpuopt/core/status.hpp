@@ -1,4 +1,5 @@
-// Errors as values: canonical status codes (as abseil's), Status, StatusOr<T> and propagation macros.
+// Errors as values: canonical status codes (as abseil's), Status, StatusOr<T> and propagation
+// macros.
 #pragma once
 
 #include <cstdio>
@@ -74,7 +75,7 @@ Status out_of_range(std::string message);
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  StatusOr(T value) : state_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   StatusOr(Status status) : state_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(state_).ok()) {
       state_ = Status(StatusCode::kInternal, "StatusOr constructed from an OK status");
@@ -84,9 +85,18 @@ class [[nodiscard]] StatusOr {
   bool ok() const { return std::holds_alternative<T>(state_); }
   Status status() const { return ok() ? Status() : std::get<Status>(state_); }
 
-  const T& value() const& { check(); return std::get<T>(state_); }
-  T& value() & { check(); return std::get<T>(state_); }
-  T&& value() && { check(); return std::get<T>(std::move(state_)); }
+  const T& value() const& {
+    check();
+    return std::get<T>(state_);
+  }
+  T& value() & {
+    check();
+    return std::get<T>(state_);
+  }
+  T&& value() && {
+    check();
+    return std::get<T>(std::move(state_));
+  }
   const T& operator*() const& { return value(); }
   T& operator*() & { return value(); }
   const T* operator->() const { return &value(); }
@@ -109,18 +119,18 @@ class [[nodiscard]] StatusOr {
 
 }  // namespace gpuopt
 
-#define GPUOPT_CHECK(expr)                                      \
-  do {                                                          \
+#define GPUOPT_CHECK(expr)                                              \
+  do {                                                                  \
     if (!(expr)) ::gpuopt::invariant_failed(#expr, __FILE__, __LINE__); \
   } while (0)
 
 #define GPUOPT_STATUS_CONCAT_INNER(a, b) a##b
 #define GPUOPT_STATUS_CONCAT(a, b) GPUOPT_STATUS_CONCAT_INNER(a, b)
 
-#define GPUOPT_RETURN_IF_ERROR(expr)                  \
-  do {                                                \
-    ::gpuopt::Status gpuopt_status_ = (expr);         \
-    if (!gpuopt_status_.ok()) return gpuopt_status_;  \
+#define GPUOPT_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::gpuopt::Status gpuopt_status_ = (expr);        \
+    if (!gpuopt_status_.ok()) return gpuopt_status_; \
   } while (0)
 
 #define GPUOPT_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -11,10 +11,10 @@
 namespace gpuopt {
 
 struct SubprocessResult {
-  int exit_code = -1;       // the child's exit status; -1 when killed by a signal
-  int signal = 0;           // the signal that ended it, 0 otherwise
-  bool timed_out = false;   // killed because it ran past the limit
-  double seconds = 0;       // wall time
+  int exit_code = -1;      // the child's exit status; -1 when killed by a signal
+  int signal = 0;          // the signal that ended it, 0 otherwise
+  bool timed_out = false;  // killed because it ran past the limit
+  double seconds = 0;      // wall time
 };
 
 // Starts argv[0] (a path) with argv, stdout → stdout_path, stderr → stderr_path (truncated), and

@@ -29,8 +29,8 @@ struct LinkState {
 };
 
 struct LinkHop {
-  std::string bdf;          // "0000:01:00.0"
-  std::string sysfs_path;   // resolved /sys/devices/pci.../0000:01:00.0 (under the root)
+  std::string bdf;         // "0000:01:00.0"
+  std::string sysfs_path;  // resolved /sys/devices/pci.../0000:01:00.0 (under the root)
   LinkState link;
   std::vector<std::string> problems;  // unreadable or malformed attributes, named
 };

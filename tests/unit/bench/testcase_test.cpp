@@ -8,7 +8,8 @@ namespace {
 
 class FixedTestcase : public Testcase {
  public:
-  FixedTestcase(std::string key, Status filter, Status run) : key_(key), filter_(filter), run_(run) {}
+  FixedTestcase(std::string key, Status filter, Status run)
+      : key_(key), filter_(filter), run_(run) {}
   std::string key() const override { return key_; }
   std::string description() const override { return "fixture " + key_; }
   Status filter(const BenchContext&) const override { return filter_; }

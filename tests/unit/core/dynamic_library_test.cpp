@@ -41,10 +41,10 @@ TEST(DynamicLibrary, DisableSwitchSimulatesAbsence) {
 }
 
 TEST(CheckedCall, MessageNamesApiExpressionAndLocation) {
-  Status status = gpu_api_error(GpuApi::kNvml, StatusCode::kPermissionDenied, 4,
-                                "NVML_ERROR_NO_PERMISSION", "Insufficient Permissions",
-                                "nvmlDeviceGetPcieReplayCounter(device, &count)", "platform.cpp",
-                                42);
+  Status status =
+      gpu_api_error(GpuApi::kNvml, StatusCode::kPermissionDenied, 4, "NVML_ERROR_NO_PERMISSION",
+                    "Insufficient Permissions", "nvmlDeviceGetPcieReplayCounter(device, &count)",
+                    "platform.cpp", 42);
   EXPECT_EQ(status.code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(status.message(),
             "NVML call `nvmlDeviceGetPcieReplayCounter(device, &count)` failed: "

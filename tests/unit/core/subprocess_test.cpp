@@ -51,16 +51,16 @@ TEST_F(SubprocessTest, KillsTheWholeGroupPastTheLimit) {
 }
 
 TEST_F(SubprocessTest, MissingProgramIsExit127WithMessage) {
-  auto result = run_subprocess({"/nonexistent/gpuopt-x"}, path("o"), path("e"),
-                               std::chrono::seconds(5));
+  auto result =
+      run_subprocess({"/nonexistent/gpuopt-x"}, path("o"), path("e"), std::chrono::seconds(5));
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(result->exit_code, 127);
   EXPECT_NE(read("e").find("/nonexistent/gpuopt-x"), std::string::npos);
 }
 
 TEST_F(SubprocessTest, UnwritableOutputIsAStatus) {
-  auto result = run_subprocess({"/bin/true"}, "/nonexistent-dir/o", path("e"),
-                               std::chrono::seconds(5));
+  auto result =
+      run_subprocess({"/bin/true"}, "/nonexistent-dir/o", path("e"), std::chrono::seconds(5));
   ASSERT_FALSE(result.ok());
   EXPECT_NE(result.status().message().find("/nonexistent-dir/o"), std::string::npos);
 }

@@ -2,11 +2,10 @@
 #include "gpuopt/platform/pcie_link.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <unistd.h>
 
 namespace gpuopt::platform {
 namespace {
