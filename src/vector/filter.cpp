@@ -78,7 +78,11 @@ class FilterParser {
       return invalid_argument(
           fmt::format("{}: expected exactly one operator, got {}", path, value.size()));
     }
-    const auto& [op_name, operand] = *value.items().begin();
+    // Iterate the object itself: a binding into *items().begin() would outlive the temporary
+    // proxy it refers to (found by ASan).
+    const auto first = value.begin();
+    const std::string op_name = first.key();
+    const Json& operand = first.value();
     std::string op_path = path + "." + op_name;
     static const std::pair<const char*, Filter::Op> kOps[] = {
         {"$eq", Filter::Op::kEq},   {"$ne", Filter::Op::kNe},  {"$gt", Filter::Op::kGt},
