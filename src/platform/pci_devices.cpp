@@ -12,6 +12,8 @@
 #include <iterator>
 #include <mutex>
 
+#include "sysfs_text.hpp"
+
 extern "C" {
 #include <pci/pci.h>
 }
@@ -22,26 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
-    text.remove_prefix(1);
-  }
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
-    text.remove_suffix(1);
-  }
-  return text;
-}
-
-std::optional<std::string> read_text(const fs::path& path, std::size_t limit = 64 * 1024) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string text;
-  text.resize(limit);
-  in.read(text.data(), static_cast<std::streamsize>(limit));
-  if (in.bad()) return std::nullopt;
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return text;
-}
+using detail::read_text;
+using detail::trim;
 
 std::optional<std::vector<std::uint8_t>> read_bytes(const fs::path& path, std::string& error) {
   std::ifstream in(path, std::ios::binary);
@@ -233,7 +217,7 @@ PciDevice describe_device(const fs::path& root, const std::string& bdf, std::uin
       {"aer_dev_nonfatal", "nonfatal"},
   };
   for (const auto& [file, prefix] : kAerFiles) {
-    auto text = read_text(dir / file);
+    auto text = read_text(dir / file, 64 * 1024);
     if (!text) continue;  // AER not supported or not enabled by the platform
     auto total = parse_aer_counters(*text, prefix, device.aer.details);
     if (!total) {

@@ -9,31 +9,16 @@
 #include <fstream>
 #include <set>
 
+#include "sysfs_text.hpp"
+
 namespace gpuopt::platform {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
-    text.remove_prefix(1);
-  }
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
-    text.remove_suffix(1);
-  }
-  return text;
-}
-
-std::optional<std::string> read_text(const fs::path& path, std::size_t limit = 16 * 1024) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string text(limit, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(limit));
-  if (in.bad()) return std::nullopt;
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return text;
-}
+using detail::read_text;
+using detail::trim;
 
 }  // namespace
 
