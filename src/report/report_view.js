@@ -76,7 +76,31 @@
       }
     });
   }
+  // A field holding a distribution summary ({median, p10, p90, ...}, as bench testcases write
+  // them) shows as its median plus a 'p10..p90' spread column, so such rows chart like flat ones.
+  function isSummary(v) {
+    return v && typeof v === 'object' && !Array.isArray(v) && typeof v.median === 'number';
+  }
+  function flattenSummaries(value) {
+    if (!Array.isArray(value)) return value;
+    return value.map(function (r) {
+      if (!r || typeof r !== 'object' || Array.isArray(r)) return r;
+      var out = {};
+      Object.keys(r).forEach(function (k) {
+        if (isSummary(r[k])) {
+          out[k] = r[k].median;
+          if (typeof r[k].p10 === 'number' && typeof r[k].p90 === 'number') {
+            out[k + ' p10..p90'] = fmt(r[k].p10) + '..' + fmt(r[k].p90);
+          }
+        } else {
+          out[k] = r[k];
+        }
+      });
+      return out;
+    });
+  }
   function renderValue(container, name, value, depth) {
+    value = flattenSummaries(value);
     if (Array.isArray(value) && value.length && value.every(function (r) {
       return r && typeof r === 'object' && !Array.isArray(r) &&
         Object.keys(r).every(function (k) { return isScalar(r[k]); });
