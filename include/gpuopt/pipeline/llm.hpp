@@ -1,0 +1,104 @@
+// The pipeline's LLM stage: a Llama-shaped decoder (W4A16 GEMMs, KV cache, greedy decoding) that
+// writes a short instruction per request and a retrieval embedding. Weights are seeded random int4
+// values with the real layer shapes (no weights can be downloaded here); docs/llm.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpuopt/core/status.hpp"
+#include "gpuopt/runtime/stream.hpp"
+
+namespace gpuopt::pipeline {
+
+struct LlmConfig {  // Llama-shaped decoder, seeded random int4 weights (W4A16, group 128)
+  std::string name = "llama-3.2-1b-shaped";
+  int hidden = 2048, layers = 16, heads = 32, kv_heads = 8, head_dim = 64, ffn = 8192;
+  int vocab = 128256;    // multiple of 64 (W4A16 rule)
+  int max_batch = 16;    // requests decoded together
+  int max_context = 64;  // prompt + generated tokens per request
+  int embed_dim =
+      128;  // retrieval embedding (mean-pooled last hidden state, projected, L2-normalised)
+  std::uint64_t seed = 2026;
+  // Added beyond the agreed API (defaults are Llama 3's).
+  double rope_theta = 500000.0;
+  float rms_eps = 1e-5f;
+};
+
+LlmConfig llama_1b_shaped();  // the default above
+LlmConfig tiny_llm();         // small config for tests (hidden 128, 2 layers, vocab 512, ...)
+
+// Why a config cannot run (names the field), or OK: every GEMM's K a multiple of 128 (the group)
+// and N of 64, heads a multiple of kv_heads, head_dim even, sizes positive.
+Status check_llm_config(const LlmConfig& config);
+
+double llm_weight_bytes(const LlmConfig&);  // int4 + scales of every W4A16 matrix, for docs/output
+double llm_embedding_table_bytes(const LlmConfig&);  // fp16 token embeddings [vocab][hidden]
+double llm_kv_cache_bytes(const LlmConfig&);  // fp16 [layers][max_batch][kv][ctx][hd] K and V
+// FLOPs of one decode step for `batch` requests that attend over `context` cached positions:
+// 2·batch·Σ(K·N) over the W4A16 matrices (lm_head included) +
+// 4·batch·layers·heads·head_dim·context.
+double llm_decode_step_flops(const LlmConfig&, int batch, int context);
+
+// Optional extra outputs of generate(), for tests and inspection. All device pointers or null.
+struct LlmDebugOutputs {
+  // float32 [batch][new_tokens][vocab]: the logits whose argmax became each generated token.
+  float* d_logits = nullptr;
+};
+
+class LlmDecoder {  // one instance per stream that uses it; not thread-safe
+ public:
+  // UNIMPLEMENTED without CUDA; UNAVAILABLE without a device. Weights generated on the device.
+  static StatusOr<std::unique_ptr<LlmDecoder>> create(const LlmConfig& config);
+  virtual ~LlmDecoder() = default;
+  virtual const LlmConfig& config() const = 0;
+  // Greedy decoding for `batch` (1..max_batch) requests enqueued on `stream`, no host sync inside:
+  // d_prompts: device int32 [batch][prompt_len]; writes d_tokens: device int32 [batch][new_tokens]
+  // and d_embeddings: device float32 [batch][embed_dim]. prompt_len + new_tokens <= max_context.
+  // Every request's tokens and embedding are bitwise independent of `batch` and of the other
+  // requests in it (so batched and one-at-a-time decoding give identical outputs).
+  virtual Status generate(const std::int32_t* d_prompts, int batch, int prompt_len, int new_tokens,
+                          std::int32_t* d_tokens, float* d_embeddings,
+                          runtime::StreamHandle stream) = 0;
+  // The same, also filling the debug outputs that are not null.
+  virtual Status generate(const std::int32_t* d_prompts, int batch, int prompt_len, int new_tokens,
+                          std::int32_t* d_tokens, float* d_embeddings, const LlmDebugOutputs& debug,
+                          runtime::StreamHandle stream) = 0;
+  // Enqueues exactly one decode step (every layer, lm_head, argmax) for `batch` requests at
+  // position `position` (< max_context) on the current cache contents, for timing a step alone.
+  virtual Status decode_step(int batch, int position, runtime::StreamHandle stream) = 0;
+};
+
+// ---- CPU twin (float32, W4A16's CPU reference on the same seeded weights) ----
+
+// Pieces, exposed for hand-computed fixtures.
+// x [n] -> x / sqrt(mean(x^2) + eps) (norm weights are all ones: docs/llm.md).
+std::vector<float> llm_rms_norm_reference(const std::vector<float>& x, float eps);
+// RoPE (rotate-half pairing (i, i + head_dim/2)) applied in place to one head's vector [head_dim].
+void llm_rope_reference(float* head, int head_dim, int position, double theta);
+// cos/sin table [max_context][head_dim/2] used by both the kernel and the twin (double maths,
+// stored as float) so the two rotate by exactly the same values.
+void llm_rope_table(int max_context, int head_dim, double theta, std::vector<float>& cos_table,
+                    std::vector<float>& sin_table);
+// softmax(q·k_t / sqrt(head_dim)) · v over t < positions, fp32. keys/values [positions][head_dim].
+std::vector<float> llm_attention_reference(const float* q, const float* keys, const float* values,
+                                           int positions, int head_dim);
+
+struct LlmReferenceResult {
+  std::vector<std::int32_t> tokens;  // [batch][new_tokens]: the twin's own argmax
+  std::vector<float> logits;         // [batch][new_tokens][vocab]
+  std::vector<float> top2_margin;    // [batch][new_tokens]: logit(top1) - logit(top2)
+  std::vector<float> embeddings;     // [batch][embed_dim]
+};
+
+// The same forward as LlmDecoder on the host. `forced_tokens` (null, or [batch][new_tokens]): the
+// tokens fed back after each step instead of the twin's own argmax, so a test can follow the GPU's
+// choices past a near-tie and keep comparing position by position.
+StatusOr<LlmReferenceResult> llm_generate_reference(const LlmConfig& config,
+                                                    const std::vector<std::int32_t>& prompts,
+                                                    int batch, int prompt_len, int new_tokens,
+                                                    const std::vector<std::int32_t>* forced_tokens);
+
+}  // namespace gpuopt::pipeline
