@@ -36,7 +36,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 struct Slot {
   runtime::PinnedBlock staging;
   bool has_staging = false;
-  void* device = nullptr;  // GPU mode
+  void* device = nullptr;       // GPU mode
+  bool registered = false;      // device is registered with the dataset's DeviceReader (cuFile)
+  bool ready_recorded = false;  // direct reads: `ready` marks the last use of device by the loader
 #if GPUOPT_CUDA
   runtime::Event copy_start;     // timing: the copy's start and end on the copy stream
   runtime::Event ready;          // the batch's device copy is complete
@@ -72,6 +74,11 @@ struct Loader::State {
   std::unique_ptr<runtime::PinnedPool> pool;
   std::string notes;
   bool gpu = false;
+  // GPU mode with a dataset that reads straight into device memory (cuFile): no staging, no H2D.
+  DeviceReader* direct = nullptr;
+  std::string io = "pread";
+  std::string io_detail;
+  std::string register_failure;  // the first failed buffer registration, for the notes
 #if GPUOPT_CUDA
   std::optional<runtime::Device> device;
   runtime::Stream copy_stream;
@@ -169,6 +176,14 @@ struct Loader::State {
             fmt::format("cudaMalloc of a {} B batch buffer: out of device memory", batch_bytes));
       }
       GPUOPT_CUDA_TRY(error);
+      if (direct != nullptr) {
+        Status registered = direct->register_buffer(slot->device, batch_bytes);
+        slot->registered = registered.ok();
+        if (!registered.ok()) {
+          std::lock_guard<std::mutex> guard(mutex);
+          if (register_failure.empty()) register_failure = registered.message();
+        }
+      }
     }
 #endif
     return slot;
@@ -186,6 +201,10 @@ struct Loader::State {
         GPUOPT_CUDA_TRY_NO_THROW(
             cudaEventSynchronize(static_cast<cudaEvent_t>(slot->consumer_done.handle())));
       (void)account_copy(*slot, nullptr);
+      if (slot->ready_recorded)
+        GPUOPT_CUDA_TRY_NO_THROW(
+            cudaEventSynchronize(static_cast<cudaEvent_t>(slot->ready.handle())));
+      if (slot->registered) direct->deregister_buffer(slot->device);
       GPUOPT_CUDA_TRY_NO_THROW(cudaFree(slot->device));
       device_bytes -= batch_bytes;
     }
@@ -219,7 +238,12 @@ struct Loader::State {
       }
     }
     runtime::PinnedBlock block;
-    if (status.ok()) {
+    if (status.ok() && direct != nullptr && reused != nullptr) {
+      // Direct reads write the device buffer from this thread, outside any stream: wait here
+      // until the consumer's stream (and our own compaction copies) are done with it.
+      status = wait_for_device_reuse(*reused);
+    }
+    if (status.ok() && direct == nullptr) {
       auto acquired = pool->acquire(batch_bytes, nullptr);
       if (acquired.ok()) {
         block = std::move(acquired).value();
@@ -263,13 +287,15 @@ struct Loader::State {
       return;
     }
     if (stopping || !failure.ok()) {
-      pool->release(std::move(block), nullptr);
+      if (block.data != nullptr) pool->release(std::move(block), nullptr);
       free_slots.push_back(id);
       return;
     }
     Slot& slot = *slots[id];
-    slot.staging = std::move(block);
-    slot.has_staging = true;
+    if (block.data != nullptr) {
+      slot.staging = std::move(block);
+      slot.has_staging = true;
+    }
     slot.sequence = next_issue++;
     slot.epoch = static_cast<std::size_t>(slot.sequence / batches_per_epoch);
     if (slot.epoch != order_epoch) {
@@ -289,8 +315,46 @@ struct Loader::State {
     work_cv.notify_all();
   }
 
+  Status wait_for_device_reuse(Slot& slot) {
+#if GPUOPT_CUDA
+    if (slot.consumer_recorded) GPUOPT_RETURN_IF_ERROR(slot.consumer_done.synchronize());
+    slot.consumer_recorded = false;
+    if (slot.ready_recorded) GPUOPT_RETURN_IF_ERROR(slot.ready.synchronize());
+    slot.ready_recorded = false;
+#endif
+    (void)slot;
+    return ok_status();
+  }
+
+  // Direct reads: the samples are already in device memory. Skipped samples are squeezed out with
+  // device-to-device copies (disjoint ranges, in order, on the copy stream); `ready` follows them.
+  Status complete_direct_batch(Slot& slot) {
+#if GPUOPT_CUDA
+    auto stream = static_cast<cudaStream_t>(copy_stream.handle());
+    auto* base = static_cast<std::byte*>(slot.device);
+    std::size_t kept = 0;
+    std::vector<std::size_t> indices;
+    indices.reserve(slot.indices.size());
+    for (std::size_t position = 0; position < slot.indices.size(); ++position) {
+      if (slot.failed[position]) continue;
+      if (kept != position) {
+        GPUOPT_CUDA_TRY(cudaMemcpyAsync(base + kept * sample_bytes, base + position * sample_bytes,
+                                        sample_bytes, cudaMemcpyDeviceToDevice, stream));
+      }
+      indices.push_back(slot.indices[position]);
+      ++kept;
+    }
+    slot.indices = std::move(indices);
+    GPUOPT_RETURN_IF_ERROR(slot.ready.record(copy_stream));
+    slot.ready_recorded = true;
+#endif
+    (void)slot;
+    return ok_status();
+  }
+
   // Without the lock: the completing worker owns `slot`. Drops skipped samples, queues the copy.
   Status complete_batch(Slot& slot) {
+    if (direct != nullptr) return complete_direct_batch(slot);
     std::size_t kept = 0;
     std::vector<std::size_t> indices;
     indices.reserve(slot.indices.size());
@@ -349,15 +413,21 @@ struct Loader::State {
       Slot& slot = *slots[task.slot];
       std::size_t index = slot.indices[task.position];
       std::size_t epoch = slot.epoch;
-      std::span<std::byte> destination(
-          static_cast<std::byte*>(slot.staging.data) + task.position * sample_bytes, sample_bytes);
+      std::span<std::byte> destination;
+      if (slot.has_staging) {
+        destination = std::span<std::byte>(
+            static_cast<std::byte*>(slot.staging.data) + task.position * sample_bytes,
+            sample_bytes);
+      }
+      void* device_base = slot.device;
       lock.unlock();
 
       auto began = Clock::now();
       Status status;
       bool threw = false;
       try {
-        status = dataset->read(index, destination);
+        status = direct != nullptr ? direct->read(index, device_base, task.position * sample_bytes)
+                                   : dataset->read(index, destination);
       } catch (const std::exception& error) {
         threw = true;
         status = internal_error(
@@ -516,6 +586,7 @@ StatusOr<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> datase
     state->device_slot_limit = static_cast<std::size_t>(
         static_cast<double>(device_budget) * (1 - options.headroom) / state->batch_bytes);
     memory = runtime::HostMemory::kPinned;
+    if (options.device_reads) state->direct = dataset->device_reader();
 #else
     return unimplemented("loader: GPU mode needs a build with CUDA (use CPU mode)");
 #endif
@@ -541,9 +612,18 @@ StatusOr<std::unique_ptr<Loader>> Loader::create(std::shared_ptr<Dataset> datase
                             runtime::PinnedPool::kAlignment * runtime::PinnedPool::kAlignment;
   pool_options.memory = memory;
   GPUOPT_ASSIGN_OR_RETURN(state->pool, runtime::PinnedPool::create(pool_options));
-  state->notes =
-      fmt::format("{}; staging: {} pool, budget {} B", dataset->describe(),
-                  state->pool->pinned() ? "pinned" : "pageable", options.pinned_budget_bytes);
+  if (state->direct != nullptr) {
+    state->io = "cufile";
+    state->io_detail = state->direct->describe();
+    state->notes =
+        fmt::format("{}; batches read by cuFile straight into device buffers", dataset->describe());
+  } else {
+    state->io_detail = state->gpu ? "pread into pinned staging, then a host-to-device copy"
+                                  : "Dataset::read into host staging (CPU mode)";
+    state->notes =
+        fmt::format("{}; staging: {} pool, budget {} B", dataset->describe(),
+                    state->pool->pinned() ? "pinned" : "pageable", options.pinned_budget_bytes);
+  }
 
   State* raw = state.get();
   for (int i = 0; i < options.workers; ++i) {
@@ -693,7 +773,13 @@ LoaderStats Loader::stats() const {
   stats.worker_utilization = stats.wall_s > 0 ? s.busy_s / (s.options.workers * stats.wall_s) : 0;
   stats.producer_capacity_batches_per_s = s.producer_capacity();
   stats.consumer_rate_batches_per_s = stats.wall_s > 0 ? s.batches / stats.wall_s : 0;
-  stats.staging = s.pool->pinned() ? "pinned" : "pageable";
+  stats.staging = s.direct != nullptr ? "none (cuFile)" : s.pool->pinned() ? "pinned" : "pageable";
+  stats.io = s.io;
+  stats.io_detail = s.io_detail;
+  if (!s.register_failure.empty()) {
+    stats.io_detail +=
+        fmt::format("; {} (reads bounce through cuFile's buffers)", s.register_failure);
+  }
   return stats;
 }
 
@@ -730,7 +816,9 @@ nlohmann::json to_json(const LoaderStats& stats) {
           {"worker_utilization", stats.worker_utilization},
           {"producer_capacity_batches_per_s", optional(stats.producer_capacity_batches_per_s)},
           {"consumer_rate_batches_per_s", stats.consumer_rate_batches_per_s},
-          {"staging", stats.staging}};
+          {"staging", stats.staging},
+          {"io", stats.io},
+          {"io_detail", stats.io_detail}};
 }
 
 }  // namespace gpuopt::data

@@ -8,10 +8,13 @@
 #include <set>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "gpuopt/core/status.hpp"
 
 namespace gpuopt::data {
+
+class DeviceReader;
 
 // A dataset maps an index in [0, size()) to exactly sample_bytes() bytes, so samples collate into a
 // batch by placement. read() is called concurrently from several worker threads and must be
@@ -26,25 +29,57 @@ class Dataset {
   virtual Status read(std::size_t index, std::span<std::byte> out) = 0;
   // One line for people: what the source is and where it reads from.
   virtual std::string describe() const = 0;
+  // A path that reads samples straight into device memory (cuFile), or nullptr. The loader uses
+  // it in GPU mode instead of staging through pinned host memory; it lives as long as the dataset.
+  virtual DeviceReader* device_reader() { return nullptr; }
+};
+
+// Reads samples into device memory without a host copy in the caller (GPUDirect Storage, or
+// cuFile's compatibility mode, which stages inside cuFile). Thread-safe like Dataset::read. The
+// calling thread must have the buffer's CUDA device current.
+class DeviceReader {
+ public:
+  virtual ~DeviceReader() = default;
+  // Registers a device buffer (a cudaMalloc'd batch) with cuFile once, before reads into it. A
+  // failure is not fatal: reads into an unregistered buffer bounce through cuFile's own buffers.
+  virtual Status register_buffer(void* device, std::size_t bytes) = 0;
+  virtual void deregister_buffer(void* device) = 0;
+  // Writes sample `index` at device_base + offset; DATA_LOSS naming the index and file on a
+  // truncated record or a failed read.
+  virtual Status read(std::size_t index, void* device_base, std::size_t offset) = 0;
+  // "cuFile (compat mode: ...), O_DIRECT"
+  virtual std::string describe() const = 0;
 };
 
 // ---- fixed-size records in one file -------------------------------------------------------------
 enum class RecordIo {
-  kAuto,   // GPUDirect Storage when cuFile and GDS are usable, else pread (with a note why)
-  kPread,  // pread into host (pinned staging) buffers
-  kGds,    // insist on cuFile; UNAVAILABLE when it cannot be used
+  kAuto,    // cuFile when its library loads, its driver opens and the file registers; else pread
+  kPread,   // pread into host (pinned staging) buffers, then a host→device copy
+  kCufile,  // insist on cuFile; UNAVAILABLE naming the reason when it cannot be used
 };
+
+// "auto", "pread", "cufile"; parse_record_io names the bad text.
+const char* record_io_name(RecordIo io);
+StatusOr<RecordIo> parse_record_io(const std::string& text);
 
 struct RecordFileOptions {
   std::string path;
   std::size_t record_bytes = 0;
   RecordIo io = RecordIo::kAuto;
+  // Also open the file with O_DIRECT (bypassing the page cache) when every record offset is a
+  // multiple of 4096 and the file system allows it; pread uses it for 4096-aligned buffers.
+  bool direct_io = true;
+  // Library names tried in order; tests name a missing one to exercise the fallback.
+  std::vector<std::string> cufile_libraries = {"libcufile.so.0", "libcufile.so"};
 };
 
-// What the record-file source decided about GPUDirect Storage, and why.
+// What the record-file source decided about its I/O path, and why.
 struct GdsProbe {
-  bool usable = false;
-  std::string message;  // "cuFile unavailable (...): reading with pread into pinned buffers"
+  bool usable = false;      // device reads go through cuFile
+  std::string io;           // "cufile" or "pread"
+  std::string cufile_mode;  // "gds", "compat" or "unknown" when cuFile is used, else empty
+  bool direct_io = false;   // an O_DIRECT descriptor is open
+  std::string message;      // e.g. "cuFile: libcufile.so.0 not found (...); reading with pread"
 };
 
 // A file whose length is not a multiple of record_bytes keeps its last, partial record as an index:
@@ -52,9 +87,9 @@ struct GdsProbe {
 StatusOr<std::unique_ptr<Dataset>> open_record_file(const RecordFileOptions& options,
                                                     GdsProbe* gds = nullptr);
 
-// Probes cuFile (dlopen libcufile.so.0/libcufile.so, GPUOPT_DISABLE_CUFILE=1 refuses) and opens its
-// driver. Never fails: the reason for a fallback is in the message.
-GdsProbe probe_gds();
+// Probes cuFile (dlopen of `libraries`, GPUOPT_DISABLE_CUFILE=1 refuses) and opens its driver,
+// without a file. Never fails: the reason for a fallback is in the message.
+GdsProbe probe_gds(const std::vector<std::string>& libraries = {"libcufile.so.0", "libcufile.so"});
 
 // ---- a folder of JPEG images
 // ---------------------------------------------------------------------

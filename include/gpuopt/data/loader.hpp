@@ -46,6 +46,9 @@ struct LoaderOptions {
   // GPU mode also treats free device memory below `headroom` of the total as pressure.
   std::function<bool()> memory_pressure_probe;
   std::size_t max_recorded_failures = 64;
+  // GPU mode: read samples straight into the device batch when the dataset offers a DeviceReader
+  // (a record file opened with cuFile); false forces pread + pinned staging + host-to-device copy.
+  bool device_reads = true;
 };
 
 struct SampleFailure {
@@ -75,7 +78,9 @@ struct LoaderStats {
   double worker_utilization = 0;   // busy time / (workers * wall)
   std::optional<double> producer_capacity_batches_per_s;
   double consumer_rate_batches_per_s = 0;
-  std::string staging;  // which pinned allocator was used
+  std::string staging;    // which pinned allocator was used ("none (cuFile)" for direct reads)
+  std::string io;         // "pread" or "cufile": how samples reach the batch
+  std::string io_detail;  // e.g. "cuFile via libcufile.so.0, compat mode: ..."
 };
 
 nlohmann::json to_json(const LoaderStats& stats);

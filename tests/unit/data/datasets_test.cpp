@@ -4,10 +4,13 @@
 #include <turbojpeg.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "common/test_support.hpp"
@@ -116,6 +119,129 @@ TEST(GdsProbe, DisabledCufileFallsBackWithAMessage) {
   ::unsetenv("GPUOPT_DISABLE_CUFILE");
   EXPECT_FALSE(probe.usable);
   EXPECT_NE(probe.message.find("pread"), std::string::npos);
+}
+
+// A library name no machine has: the cuFile path must fall back (auto) or fail clearly (cufile).
+const std::vector<std::string> kMissingCufile = {"libgpuopt-test-missing-cufile.so.0"};
+
+std::vector<unsigned char> write_random_records(const std::string& path, std::size_t bytes) {
+  std::mt19937 engine(::testing::UnitTest::GetInstance()->random_seed());
+  std::vector<unsigned char> data(bytes);
+  for (auto& b : data) b = static_cast<unsigned char>(engine());
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(bytes));
+  return data;
+}
+
+TEST_F(RecordFileDataset, AutoWithoutCufileFallsBackToPreadAndSaysWhy) {
+  std::string path = (dir_ / "records.bin").string();
+  auto bytes = write_random_records(path, 8 * 128);
+  RecordFileOptions options{path, 128, RecordIo::kAuto};
+  options.cufile_libraries = kMissingCufile;
+  GdsProbe probe;
+  probe.usable = true;  // poisoned: open must overwrite it
+  auto dataset = open_record_file(options, &probe);
+  ASSERT_TRUE(dataset.ok()) << dataset.status().to_string();
+  EXPECT_FALSE(probe.usable);
+  EXPECT_EQ(probe.io, "pread");
+  EXPECT_TRUE(probe.cufile_mode.empty());
+  EXPECT_NE(probe.message.find("cuFile: libgpuopt-test-missing-cufile.so.0 not found"),
+            std::string::npos)
+      << probe.message;
+  EXPECT_NE(probe.message.find("pread"), std::string::npos) << probe.message;
+  EXPECT_EQ((*dataset)->device_reader(), nullptr);
+  std::vector<std::byte> out(128, std::byte{0xEE});
+  ASSERT_TRUE((*dataset)->read(5, out).ok());
+  EXPECT_EQ(std::memcmp(out.data(), bytes.data() + 5 * 128, 128), 0);
+}
+
+TEST_F(RecordFileDataset, CufileRequestedWithoutCufileIsAClearError) {
+  std::string path = (dir_ / "records.bin").string();
+  write_random_records(path, 4 * 128);
+  RecordFileOptions options{path, 128, RecordIo::kCufile};
+  options.cufile_libraries = kMissingCufile;
+  auto dataset = open_record_file(options);
+  ASSERT_FALSE(dataset.ok());
+  EXPECT_EQ(dataset.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(dataset.status().message().find(path), std::string::npos);
+  EXPECT_NE(dataset.status().message().find("not found"), std::string::npos)
+      << dataset.status().message();
+}
+
+TEST_F(RecordFileDataset, DisabledCufileIsNamedInTheFallbackReason) {
+  std::string path = (dir_ / "records.bin").string();
+  write_random_records(path, 4 * 128);
+  ::setenv("GPUOPT_DISABLE_CUFILE", "1", 1);
+  GdsProbe probe;
+  auto dataset = open_record_file({path, 128, RecordIo::kAuto}, &probe);
+  auto insisted = open_record_file({path, 128, RecordIo::kCufile});
+  ::unsetenv("GPUOPT_DISABLE_CUFILE");
+  ASSERT_TRUE(dataset.ok()) << dataset.status().to_string();
+  EXPECT_EQ(probe.io, "pread");
+  EXPECT_NE(probe.message.find("GPUOPT_DISABLE_CUFILE"), std::string::npos) << probe.message;
+  EXPECT_EQ(insisted.status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(RecordFileDataset, PreadChosenExplicitlyNeverTouchesCufile) {
+  std::string path = (dir_ / "records.bin").string();
+  write_random_records(path, 4 * 128);
+  GdsProbe probe;
+  auto dataset = open_record_file({path, 128, RecordIo::kPread}, &probe);
+  ASSERT_TRUE(dataset.ok());
+  EXPECT_EQ(probe.io, "pread");
+  EXPECT_NE(probe.message.find("pread chosen"), std::string::npos);
+  EXPECT_NE(probe.message.find("not a multiple of 4096"), std::string::npos) << probe.message;
+  EXPECT_EQ((*dataset)->device_reader(), nullptr);
+}
+
+// 4096-byte records may use O_DIRECT (when the file system allows it); reads into aligned and
+// unaligned buffers, and the truncated last record, must give the file's bytes either way.
+TEST_F(RecordFileDataset, AlignedRecordsReadTheSameWithAndWithoutODirect) {
+  std::string path = (dir_ / "records.bin").string();
+  constexpr std::size_t kRecord = 4096;
+  auto bytes = write_random_records(path, 6 * kRecord + 100);
+  for (bool direct_io : {true, false}) {
+    RecordFileOptions options{path, kRecord, RecordIo::kPread};
+    options.direct_io = direct_io;
+    GdsProbe probe;
+    auto dataset = open_record_file(options, &probe);
+    ASSERT_TRUE(dataset.ok()) << dataset.status().to_string();
+    if (!direct_io) EXPECT_FALSE(probe.direct_io);
+    auto* aligned = static_cast<std::byte*>(std::aligned_alloc(kRecord, 2 * kRecord));
+    ASSERT_NE(aligned, nullptr);
+    for (std::size_t shift : {std::size_t{0}, std::size_t{8}}) {
+      for (std::size_t i = 0; i < 6; ++i) {
+        std::memset(aligned, 0xEE, 2 * kRecord);
+        std::span<std::byte> out(aligned + shift, kRecord);
+        ASSERT_TRUE((*dataset)->read(i, out).ok()) << "record " << i;
+        EXPECT_EQ(std::memcmp(out.data(), bytes.data() + i * kRecord, kRecord), 0)
+            << "record " << i << " shift " << shift << " O_DIRECT " << probe.direct_io;
+      }
+    }
+    Status truncated = (*dataset)->read(6, std::span<std::byte>(aligned, kRecord));
+    EXPECT_EQ(truncated.code(), StatusCode::kDataLoss);
+    EXPECT_NE(truncated.message().find("100 of 4096"), std::string::npos) << truncated.message();
+    std::free(aligned);
+  }
+}
+
+TEST(RecordIo, ParsesItsNames) {
+  for (RecordIo io : {RecordIo::kAuto, RecordIo::kPread, RecordIo::kCufile}) {
+    auto parsed = parse_record_io(record_io_name(io));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, io);
+  }
+  auto bad = parse_record_io("gds-please");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("gds-please"), std::string::npos);
+}
+
+TEST(GdsProbe, MissingLibraryIsNamed) {
+  GdsProbe probe = probe_gds(kMissingCufile);
+  EXPECT_FALSE(probe.usable);
+  EXPECT_EQ(probe.io, "pread");
+  EXPECT_NE(probe.message.find("libgpuopt-test-missing-cufile.so.0 not found"), std::string::npos)
+      << probe.message;
 }
 
 TEST(JpegFolderDataset, DecodesAtNativeSizeExactlyAsLibjpegTurbo) {

@@ -7,6 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
 #include <thread>
 
 namespace gpuopt::data {
@@ -290,6 +293,53 @@ TEST(Loader, AConsumerHoldingEveryBufferGetsAnErrorNotAHang) {
   for (auto& batch : held) EXPECT_TRUE((*loader)->release(batch).ok());
   auto after = (*loader)->next();  // released: the loader continues
   EXPECT_TRUE(after.ok()) << after.status().to_string();
+}
+
+// A record file whose cuFile library is missing: the loader reads with pread, says so in its stats
+// and JSON, and every batch holds the file's bytes for its indices.
+TEST(Loader, RecordFileWithoutCufileReadsWithPreadAndReportsIt) {
+  auto path = std::filesystem::temp_directory_path() /
+              ("gpuopt_loader_records_" + std::to_string(::getpid()) + ".bin");
+  constexpr std::size_t kRecord = 96, kRecords = 41;
+  std::mt19937 engine(::testing::UnitTest::GetInstance()->random_seed());
+  std::vector<unsigned char> bytes(kRecord * kRecords);
+  for (auto& b : bytes) b = static_cast<unsigned char>(engine());
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  RecordFileOptions record{path.string(), kRecord, RecordIo::kAuto};
+  record.cufile_libraries = {"libgpuopt-test-missing-cufile.so.0"};
+  GdsProbe probe;
+  auto dataset = open_record_file(record, &probe);
+  std::filesystem::remove(path);  // the open descriptors keep the data readable
+  ASSERT_TRUE(dataset.ok()) << dataset.status().to_string();
+  EXPECT_EQ(probe.io, "pread");
+  LoaderOptions options;
+  options.batch_size = 5;
+  options.workers = 3;
+  options.sampler = {SamplerKind::kShuffled, 3, false};
+  auto loader = Loader::create(std::shared_ptr<Dataset>(std::move(dataset).value()), options);
+  ASSERT_TRUE(loader.ok()) << loader.status().to_string();
+  std::size_t samples = 0;
+  while (true) {
+    auto batch = (*loader)->next();
+    ASSERT_TRUE(batch.ok()) << batch.status().to_string();
+    if (!batch->has_value()) break;
+    Batch& b = **batch;
+    for (std::size_t p = 0; p < b.size(); ++p) {
+      ASSERT_EQ(
+          std::memcmp(b.host() + p * kRecord, bytes.data() + b.indices()[p] * kRecord, kRecord), 0)
+          << "record " << b.indices()[p];
+    }
+    samples += b.size();
+    ASSERT_TRUE((*loader)->release(b).ok());
+  }
+  EXPECT_EQ(samples, kRecords);
+  LoaderStats stats = (*loader)->stats();
+  EXPECT_EQ(stats.io, "pread");
+  EXPECT_FALSE(stats.io_detail.empty());
+  EXPECT_EQ(to_json(stats)["io"], "pread");
+  EXPECT_NE((*loader)->notes().find("pread"), std::string::npos) << (*loader)->notes();
 }
 
 TEST(Loader, RejectsBadOptions) {
