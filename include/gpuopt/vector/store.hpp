@@ -60,6 +60,7 @@ struct RowSpan {
 };
 
 class Store;
+struct DLTensor;  // gpu_search.hpp
 
 class Collection {
  public:
@@ -78,6 +79,18 @@ class Collection {
              std::span<const Metadata> metadata = {});
   Status upsert(std::span<const std::uint64_t> ids, const float* vectors,
                 std::span<const Metadata> metadata = {});
+  // Zero-copy ingest from GPU memory: `device_vectors` [ids.size(), dim] fp32 on the current
+  // device, read in order on `stream` (a cudaStream_t; null = cudaStreamPerThread, so the caller
+  // must have synchronized its producer). One DMA into a pinned staging buffer reused across
+  // calls, then the same commit as add(): no serialisation, no pageable bounce.
+  // UNIMPLEMENTED in a build without CUDA.
+  Status add_device(std::span<const std::uint64_t> ids, const float* device_vectors, void* stream,
+                    std::span<const Metadata> metadata = {}, bool replace = false);
+  // A DLPack tensor [ids.size(), dim] float32, compact row-major: CPU / CUDA-pinned memory is
+  // committed straight from its pointer; CUDA / managed memory goes through add_device (the
+  // tensor's device must be the current one). Device tensors are UNIMPLEMENTED without CUDA.
+  Status add_dlpack(std::span<const std::uint64_t> ids, const DLTensor& tensor, void* stream,
+                    std::span<const Metadata> metadata = {}, bool replace = false);
   // Deletes the ids that exist; returns how many did.
   StatusOr<std::size_t> remove(std::span<const std::uint64_t> ids);
   // NOT_FOUND when the id is absent.
@@ -106,6 +119,9 @@ class Collection {
   Status write_batch(std::span<const std::uint64_t> ids, const float* vectors,
                      std::span<const Metadata> metadata, bool replace);
   std::unique_ptr<State> state_;
+  // Pinned host staging for add_device (cudaFreeHost deleter), grown on demand.
+  std::shared_ptr<void> device_staging_;
+  std::size_t device_staging_bytes_ = 0;
 };
 
 struct OpenOptions {

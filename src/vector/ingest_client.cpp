@@ -1,0 +1,216 @@
+// The ingest client: owns 0600 shared-memory buffers with random names, sends binary requests
+// over the Unix socket and waits for the server's post-commit acknowledgement.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/vector/ingest.hpp"
+#include "ingest_io.hpp"
+
+#if GPUOPT_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gpuopt::vector {
+
+namespace {
+
+Status errno_error(const std::string& what) {
+  int error = errno;
+  std::string message = fmt::format("{}: {}", what, std::strerror(error));
+  if (error == ENOENT) return not_found(message);
+  if (error == EACCES || error == EPERM) return permission_denied(message);
+  return unavailable(message);
+}
+
+StatusOr<std::string> random_shm_name() {
+  std::uint8_t random[16];
+  std::size_t got = 0;
+  while (got < sizeof(random)) {
+    ssize_t n = getrandom(random + got, sizeof(random) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_error("getrandom");
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  std::string name = kIngestShmPrefix;
+  for (std::uint8_t byte : random) name += fmt::format("{:02x}", byte);
+  return name;
+}
+
+}  // namespace
+
+ShmBuffer::~ShmBuffer() {
+  if (data_ != nullptr) munmap(data_, bytes_);
+  if (!name_.empty()) shm_unlink(name_.c_str());
+}
+
+StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::create(std::size_t rows, std::size_t dim) {
+  if (rows == 0 || dim == 0) return invalid_argument("shm buffer: rows and dim must be positive");
+  if (rows > std::numeric_limits<std::size_t>::max() / dim / sizeof(float)) {
+    return invalid_argument(fmt::format("shm buffer: {} x {} floats overflow", rows, dim));
+  }
+  auto buffer = std::unique_ptr<ShmBuffer>(new ShmBuffer());
+  buffer->rows_ = rows;
+  buffer->dim_ = dim;
+  buffer->bytes_ = rows * dim * sizeof(float);
+  GPUOPT_ASSIGN_OR_RETURN(std::string name, random_shm_name());
+  // O_EXCL: never adopt an object someone else created under this name.
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return errno_error(fmt::format("shm_open {}", name));
+  buffer->name_ = name;  // from here the destructor unlinks it
+  // The umask cannot add bits, only remove them; make the mode exactly 0600 whatever it is.
+  if (fchmod(fd, 0600) != 0 || ftruncate(fd, static_cast<off_t>(buffer->bytes_)) != 0) {
+    Status status = errno_error(fmt::format("shm {}: fchmod/ftruncate", name));
+    ::close(fd);
+    return status;
+  }
+  void* data = mmap(nullptr, buffer->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (data == MAP_FAILED) return errno_error(fmt::format("shm {}: mmap", name));
+  buffer->data_ = static_cast<float*>(data);
+  return buffer;
+}
+
+IngestClient::~IngestClient() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+StatusOr<std::unique_ptr<IngestClient>> IngestClient::connect(
+    const std::filesystem::path& socket_path, int timeout_s) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const std::string path = socket_path.string();
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    return invalid_argument(
+        fmt::format("socket path \"{}\": must be 1..{} bytes", path, sizeof(address.sun_path) - 1));
+  }
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  auto client = std::unique_ptr<IngestClient>(new IngestClient());
+  client->fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (client->fd_ < 0) return errno_error("socket");
+  if (::connect(client->fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    return errno_error(fmt::format("connect {}", path));
+  }
+  GPUOPT_RETURN_IF_ERROR(detail::set_timeouts(client->fd_, timeout_s));
+  return client;
+}
+
+StatusOr<IngestReply> IngestClient::send_raw(std::span<const std::uint8_t> bytes,
+                                             bool add_length_prefix) {
+  GPUOPT_RETURN_IF_ERROR(add_length_prefix ? detail::send_frame(fd_, bytes)
+                                           : detail::send_all(fd_, bytes));
+  std::vector<std::uint8_t> body;
+  GPUOPT_RETURN_IF_ERROR(detail::receive_frame(fd_, 1 << 20, &body).with_context("reply"));
+  return parse_reply(body);
+}
+
+StatusOr<std::uint64_t> IngestClient::round_trip(const IngestRequest& request) {
+  GPUOPT_ASSIGN_OR_RETURN(IngestReply reply, send_raw(encode_request(request), true));
+  if (reply.request_id != request.request_id) {
+    return internal_error(fmt::format("reply to request {} while waiting for {}", reply.request_id,
+                                      request.request_id));
+  }
+  if (reply.code != StatusCode::kOk) {
+    return Status(reply.code, fmt::format("ingest server: {}", reply.message));
+  }
+  return reply.total;
+}
+
+StatusOr<std::uint64_t> IngestClient::add(const std::string& collection,
+                                          std::span<const std::uint64_t> ids,
+                                          const ShmBuffer& buffer, bool upsert) {
+  if (ids.size() > buffer.rows()) {
+    return invalid_argument(
+        fmt::format("{} ids for a shm buffer of {} rows", ids.size(), buffer.rows()));
+  }
+  IngestRequest request;
+  request.op = upsert ? IngestOp::kUpsert : IngestOp::kAdd;
+  request.payload = IngestPayload::kShm;
+  request.collection = collection;
+  request.dim = static_cast<std::uint32_t>(buffer.dim());
+  request.rows = ids.size();
+  request.request_id = next_request_id_++;
+  request.shm_name = buffer.name();
+  request.ids.assign(ids.begin(), ids.end());
+  return round_trip(request);
+}
+
+StatusOr<std::uint64_t> IngestClient::add(const std::string& collection,
+                                          std::span<const std::uint64_t> ids, const float* vectors,
+                                          std::size_t dim, bool upsert) {
+  if (ids.empty()) return invalid_argument("add: no ids");
+  if (vectors == nullptr) return invalid_argument("add: vectors is null");
+  if (scratch_ == nullptr || scratch_->rows() < ids.size() || scratch_->dim() != dim) {
+    scratch_.reset();
+    GPUOPT_ASSIGN_OR_RETURN(scratch_, ShmBuffer::create(ids.size(), dim));
+  }
+  std::memcpy(scratch_->vectors(), vectors, ids.size() * dim * sizeof(float));
+  return add(collection, ids, *scratch_, upsert);
+}
+
+StatusOr<std::uint64_t> IngestClient::add_device(const std::string& collection,
+                                                 std::span<const std::uint64_t> ids,
+                                                 const float* device_vectors, std::size_t dim,
+                                                 bool upsert) {
+#if GPUOPT_CUDA
+  if (ids.empty()) return invalid_argument("add_device: no ids");
+  cudaPointerAttributes attributes{};
+  GPUOPT_CUDA_TRY(cudaPointerGetAttributes(&attributes, device_vectors));
+  if (attributes.type != cudaMemoryTypeDevice) {
+    return invalid_argument("add_device: the pointer is not cudaMalloc'd device memory");
+  }
+  // Handles name whole allocations; send the offset of our pointer inside its allocation.
+  void* base = nullptr;
+  std::size_t size = 0;
+  using MemGetAddressRange = int (*)(unsigned long long*, std::size_t*, unsigned long long);
+  auto range = reinterpret_cast<MemGetAddressRange>(driver_entry_point("cuMemGetAddressRange"));
+  if (range == nullptr) return unavailable("the driver lacks cuMemGetAddressRange");
+  unsigned long long range_base = 0;
+  GPUOPT_CU_TRY(range(&range_base, &size, reinterpret_cast<unsigned long long>(device_vectors)));
+  base = reinterpret_cast<void*>(range_base);
+  cudaIpcMemHandle_t handle;
+  GPUOPT_CUDA_TRY(cudaIpcGetMemHandle(&handle, base));
+  IngestRequest request;
+  request.op = upsert ? IngestOp::kUpsert : IngestOp::kAdd;
+  request.payload = IngestPayload::kCudaIpc;
+  request.collection = collection;
+  request.dim = static_cast<std::uint32_t>(dim);
+  request.rows = ids.size();
+  request.request_id = next_request_id_++;
+  request.cuda_device = attributes.device;
+  static_assert(sizeof(handle) == sizeof(request.cuda_handle));
+  std::memcpy(request.cuda_handle.data(), &handle, sizeof(handle));
+  request.cuda_offset = reinterpret_cast<std::uint64_t>(device_vectors) - range_base;
+  request.ids.assign(ids.begin(), ids.end());
+  return round_trip(request);
+#else
+  (void)collection;
+  (void)ids;
+  (void)device_vectors;
+  (void)dim;
+  (void)upsert;
+  return unimplemented("IngestClient::add_device: gpuopt was built without CUDA");
+#endif
+}
+
+StatusOr<std::uint64_t> IngestClient::count(const std::string& collection) {
+  IngestRequest request;
+  request.op = IngestOp::kCount;
+  request.collection = collection;
+  request.request_id = next_request_id_++;
+  return round_trip(request);
+}
+
+}  // namespace gpuopt::vector

@@ -1,0 +1,361 @@
+// The ingest server: accepts Unix-socket connections, decodes binary requests, maps the client's
+// shared memory (or opens its CUDA IPC handle) and commits the rows, replying only after commit.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/vector/ingest.hpp"
+#include "ingest_io.hpp"
+
+#if GPUOPT_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gpuopt::vector {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Status errno_error(const std::string& what) {
+  int error = errno;
+  std::string message = fmt::format("{}: {}", what, std::strerror(error));
+  if (error == ENOENT) return not_found(message);
+  if (error == EACCES || error == EPERM) return permission_denied(message);
+  return unavailable(message);
+}
+
+// A read-only mapping of a client's shm object, checked before use.
+class ShmMapping {
+ public:
+  ~ShmMapping() {
+    if (data_ != nullptr) munmap(data_, bytes_);
+  }
+  static StatusOr<std::unique_ptr<ShmMapping>> open(const std::string& name, std::size_t needed) {
+    int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return errno_error(fmt::format("shm {}", name));
+    struct stat st {};
+    int stat_result = fstat(fd, &st);
+    auto close_fd = [fd] { ::close(fd); };
+    if (stat_result != 0) {
+      Status status = errno_error(fmt::format("shm {}: fstat", name));
+      close_fd();
+      return status;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      close_fd();
+      return invalid_argument(fmt::format("shm {} is not a regular shared-memory object", name));
+    }
+    if (st.st_uid != geteuid()) {
+      close_fd();
+      return permission_denied(fmt::format("shm {} is owned by uid {}, the server runs as uid {}",
+                                           name, st.st_uid, geteuid()));
+    }
+    if ((st.st_mode & 07777) != 0600) {
+      close_fd();
+      return permission_denied(
+          fmt::format("shm {} has mode {:04o}; only 0600 is accepted", name, st.st_mode & 07777));
+    }
+    if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) < needed) {
+      close_fd();
+      return invalid_argument(fmt::format("shm too small: {} is {} bytes, rows x dim x 4 = {}",
+                                          name, st.st_size, needed));
+    }
+    auto mapping = std::unique_ptr<ShmMapping>(new ShmMapping());
+    mapping->bytes_ = needed;
+    void* data = mmap(nullptr, needed, PROT_READ, MAP_SHARED, fd, 0);
+    close_fd();
+    if (data == MAP_FAILED) return errno_error(fmt::format("shm {}: mmap", name));
+    mapping->data_ = data;
+    return mapping;
+  }
+  const float* vectors() const { return static_cast<const float*>(data_); }
+
+ private:
+  ShmMapping() = default;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+#if GPUOPT_CUDA
+// cuMemGetAddressRange through the runtime's driver entry point (libcuda is never linked).
+using MemGetAddressRange = int (*)(unsigned long long* base, std::size_t* size,
+                                   unsigned long long pointer);
+#endif
+
+}  // namespace
+
+struct IngestServer::State {
+  Store* store = nullptr;
+  fs::path socket_path;
+  IngestServerOptions options;
+  int listen_fd = -1;
+  int stop_pipe[2] = {-1, -1};
+  std::mutex write_mutex;  // one writer per store
+  struct Connection {
+    std::thread thread;
+    std::atomic<bool> done{false};
+    int fd = -1;
+  };
+  std::mutex connections_mutex;
+  std::list<Connection> connections;
+#if GPUOPT_CUDA
+  cudaStream_t stream = nullptr;
+#endif
+  ~State() {
+    if (listen_fd >= 0) {
+      ::close(listen_fd);
+      std::error_code ignored;
+      fs::remove(socket_path, ignored);
+    }
+    for (int fd : stop_pipe) {
+      if (fd >= 0) ::close(fd);
+    }
+#if GPUOPT_CUDA
+    if (stream != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaStreamDestroy(stream));
+#endif
+  }
+  void reap(bool all) {
+    std::lock_guard lock(connections_mutex);
+    for (auto it = connections.begin(); it != connections.end();) {
+      if (all && !it->done) ::shutdown(it->fd, SHUT_RDWR);
+      if (all || it->done) {
+        if (it->thread.joinable()) it->thread.join();
+        ::close(it->fd);  // closed here, after the join, so shutdown() never hits a reused fd
+        it = connections.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+};
+
+IngestServer::IngestServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+IngestServer::~IngestServer() {
+  request_stop();
+  state_->reap(/*all=*/true);
+}
+
+const fs::path& IngestServer::socket_path() const { return state_->socket_path; }
+
+StatusOr<std::unique_ptr<IngestServer>> IngestServer::start(Store* store,
+                                                            const fs::path& socket_path,
+                                                            IngestServerOptions options) {
+  if (store == nullptr) return invalid_argument("ingest server: store is null");
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const std::string path = socket_path.string();
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    return invalid_argument(
+        fmt::format("socket path \"{}\": must be 1..{} bytes", path, sizeof(address.sun_path) - 1));
+  }
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return Status(StatusCode::kAlreadyExists,
+                    fmt::format("{} exists and is not a socket; not replacing it", path));
+    }
+    ::unlink(path.c_str());  // a stale socket from a killed server
+  }
+  auto state = std::make_unique<State>();
+  state->store = store;
+  state->socket_path = socket_path;
+  state->options = std::move(options);
+  if (pipe2(state->stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return errno_error("pipe2");
+  state->listen_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (state->listen_fd < 0) return errno_error("socket");
+  // The socket file is 0600 from the start: umask for bind (the window chmod alone would leave).
+  mode_t previous = umask(0177);
+  int bound = ::bind(state->listen_fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  int bind_errno = errno;
+  umask(previous);
+  if (bound != 0) {
+    errno = bind_errno;
+    Status status = errno_error(fmt::format("bind {}", path));
+    ::close(state->listen_fd);
+    state->listen_fd = -1;  // not ours to remove
+    return status;
+  }
+  if (::chmod(path.c_str(), 0600) != 0) return errno_error(fmt::format("chmod {}", path));
+  if (::listen(state->listen_fd, 64) != 0) return errno_error(fmt::format("listen {}", path));
+  return std::unique_ptr<IngestServer>(new IngestServer(std::move(state)));
+}
+
+void IngestServer::request_stop() {
+  char byte = 1;
+  ssize_t ignored = ::write(state_->stop_pipe[1], &byte, 1);
+  (void)ignored;
+}
+
+Status IngestServer::serve() {
+  State& s = *state_;
+  Status result;
+  for (;;) {
+    pollfd fds[2] = {{s.listen_fd, POLLIN, 0}, {s.stop_pipe[0], POLLIN, 0}};
+    int ready = ::poll(fds, 2, 1000);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      result = errno_error("poll");
+      break;
+    }
+    if (fds[1].revents != 0) break;
+    s.reap(/*all=*/false);
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    int fd = ::accept4(s.listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+      result = errno_error("accept");
+      break;
+    }
+    ucred peer{};
+    socklen_t length = sizeof(peer);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 ||
+        (peer.uid != geteuid() && peer.uid != 0)) {
+      IngestReply reply;
+      reply.code = StatusCode::kPermissionDenied;
+      reply.message = fmt::format("uid {} may not write to this store", peer.uid);
+      Status ignored = detail::send_frame(fd, encode_reply(reply));
+      (void)ignored;
+      ::close(fd);
+      continue;
+    }
+    Status timeouts = detail::set_timeouts(fd, s.options.receive_timeout_s);
+    (void)timeouts;  // without timeouts a stalled peer only holds its own thread
+    std::lock_guard lock(s.connections_mutex);
+    auto& connection = s.connections.emplace_back();
+    connection.fd = fd;
+    connection.thread = std::thread([this, &connection] {
+      serve_connection(connection.fd);
+      connection.done = true;
+    });
+  }
+  s.reap(/*all=*/true);
+  return result;
+}
+
+void IngestServer::serve_connection(int fd) {
+  std::vector<std::uint8_t> body;
+  for (;;) {
+    Status received = detail::receive_frame(fd, kIngestMaxBody, &body);
+    if (!received.ok()) {
+      // A clean close between frames is the normal end; anything else gets a reply if the peer
+      // is still there to read it, and the connection is closed (framing is lost).
+      if (received.code() != StatusCode::kNotFound) {
+        IngestReply reply;
+        reply.code = received.code();
+        reply.message = received.message();
+        if (state_->options.on_error) state_->options.on_error(reply);
+        Status ignored = detail::send_frame(fd, encode_reply(reply));
+        (void)ignored;
+      }
+      break;
+    }
+    IngestReply reply;
+    auto request = parse_request(body);
+    if (!request.ok()) {
+      reply.code = request.status().code();
+      reply.message = request.status().message();
+      if (body.size() >= 24) std::memcpy(&reply.request_id, body.data() + 16, 8);
+      if (state_->options.on_error) state_->options.on_error(reply);
+    } else {
+      reply = handle(*request);
+    }
+    if (!detail::send_frame(fd, encode_reply(reply)).ok()) break;
+  }
+}
+
+IngestReply IngestServer::handle(const IngestRequest& request) {
+  State& s = *state_;
+  IngestReply reply;
+  reply.request_id = request.request_id;
+  std::lock_guard lock(s.write_mutex);
+  auto reject = [&](const Status& status) {
+    reply.code = status.code();
+    reply.message = status.message();
+    if (s.options.on_error) s.options.on_error(reply);
+    return reply;
+  };
+  auto found = s.store->collection(request.collection);
+  if (!found.ok()) return reject(found.status());
+  Collection& collection = **found;
+  reply.total = collection.size();
+  if (request.op == IngestOp::kCount) return reply;
+  if (request.dim != collection.dim()) {
+    return reject(
+        invalid_argument(fmt::format("dim mismatch: the request has dimension {}, "
+                                     "collection \"{}\" has {}",
+                                     request.dim, collection.name(), collection.dim())));
+  }
+  if (request.ids.size() != request.rows) {
+    return reject(invalid_argument(
+        fmt::format("wrong size: {} ids for {} rows", request.ids.size(), request.rows)));
+  }
+  const bool replace = request.op == IngestOp::kUpsert;
+  const std::uint64_t needed = request.rows * request.dim * sizeof(float);
+  Status written;
+  if (request.payload == IngestPayload::kShm) {
+    auto mapping = ShmMapping::open(request.shm_name, needed);
+    if (!mapping.ok()) return reject(mapping.status());
+    written = replace ? collection.upsert(request.ids, (*mapping)->vectors())
+                      : collection.add(request.ids, (*mapping)->vectors());
+  } else if (request.payload == IngestPayload::kCudaIpc) {
+#if GPUOPT_CUDA
+    written = [&]() -> Status {
+      GPUOPT_CUDA_TRY(cudaSetDevice(request.cuda_device));
+      if (s.stream == nullptr) {
+        GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+      }
+      cudaIpcMemHandle_t handle;
+      static_assert(sizeof(handle) == sizeof(request.cuda_handle));
+      std::memcpy(&handle, request.cuda_handle.data(), sizeof(handle));
+      void* base = nullptr;
+      GPUOPT_CUDA_TRY(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));
+      struct Closer {
+        void* p;
+        ~Closer() { GPUOPT_CUDA_TRY_NO_THROW(cudaIpcCloseMemHandle(p)); }
+      } closer{base};
+      // The allocation's extent, so a handle to a smaller buffer is refused, not overread.
+      auto range = reinterpret_cast<MemGetAddressRange>(driver_entry_point("cuMemGetAddressRange"));
+      if (range == nullptr) return unavailable("the driver lacks cuMemGetAddressRange");
+      unsigned long long range_base = 0;
+      std::size_t range_size = 0;
+      GPUOPT_CU_TRY(range(&range_base, &range_size, reinterpret_cast<unsigned long long>(base)));
+      std::uint64_t available = range_base + range_size - reinterpret_cast<std::uint64_t>(base);
+      if (request.cuda_offset > available || available - request.cuda_offset < needed) {
+        return invalid_argument(fmt::format(
+            "CUDA IPC buffer too small: {} bytes after offset {}, "
+            "rows x dim x 4 = {}",
+            available - std::min(available, request.cuda_offset), request.cuda_offset, needed));
+      }
+      const float* vectors =
+          reinterpret_cast<const float*>(static_cast<const char*>(base) + request.cuda_offset);
+      return collection.add_device(request.ids, vectors, s.stream, {}, replace);
+    }();
+#else
+    written = unimplemented("CUDA IPC ingest: this server was built without CUDA");
+#endif
+  } else {
+    written = invalid_argument("add/upsert without a payload");
+  }
+  if (!written.ok()) return reject(written);
+  reply.total = collection.size();
+  if (s.options.on_commit) s.options.on_commit(request, reply.total);
+  return reply;
+}
+
+}  // namespace gpuopt::vector
