@@ -1,5 +1,6 @@
-// GPU exact search: cuBLAS dot-product tiles + a fused per-tile top-k kernel + a merge kernel
-// (+ an exact fp32 re-rank for the TF32 mode), and stream-ordered ingest from device pointers.
+// GPU exact search: the fused tensor-core path (gpu_fused_search.cu) where it applies, else cuBLAS
+// dot-product tiles + a per-tile top-k kernel + a merge kernel (+ an fp32 re-rank for the TF32
+// mode); allow masks for filters and deletes; stream-ordered ingest from device pointers.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "gpu_fused_search.cuh"
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/vector/gpu_search.hpp"
 
@@ -24,7 +26,7 @@ std::string message(const char* format, Args... args) {
 }
 
 constexpr int kThreads = 128;
-constexpr int kMaxCandidates = 64;
+constexpr int kMaxCandidates = 128;  // k up to 128 (local memory; the fallback path)
 constexpr std::uint64_t kNoPosition = ~std::uint64_t{0};
 
 Status cublas_status(cublasStatus_t status, const char* expression) {
@@ -165,7 +167,7 @@ __global__ void k_merge_candidates(const float* __restrict__ in_distance,
               out_position + std::size_t(query) * count);
 }
 
-// One warp per query: exact fp32 distances of the `candidates` (<= 64) approximate winners,
+// One warp per query: exact fp32 distances of the `candidates` (<= 128) approximate winners,
 // then the best k of them. Used after the TF32 pass.
 __global__ void k_rerank(const float* __restrict__ vectors, const float* __restrict__ queries,
                          int dim, int metric, const std::uint64_t* __restrict__ in_position,
@@ -174,9 +176,14 @@ __global__ void k_rerank(const float* __restrict__ vectors, const float* __restr
   int query = blockIdx.x;
   int lane = threadIdx.x;
   const float* q = queries + std::size_t(query) * dim;
-  float distance[2] = {FLT_MAX, FLT_MAX};
-  std::uint64_t position[2] = {kNoPosition, kNoPosition};
-  for (int s = 0; s < 2; ++s) {
+  constexpr int kPerLane = kMaxCandidates / 32;
+  float distance[kPerLane];
+  std::uint64_t position[kPerLane];
+  for (int s = 0; s < kPerLane; ++s) {
+    distance[s] = FLT_MAX;
+    position[s] = kNoPosition;
+  }
+  for (int s = 0; s < kPerLane; ++s) {
     int c = lane + 32 * s;
     if (c >= candidates) continue;
     std::uint64_t p = in_position[std::size_t(query) * candidates + c];
@@ -199,9 +206,12 @@ __global__ void k_rerank(const float* __restrict__ vectors, const float* __restr
     position[s] = p;
   }
   for (int round = 0; round < k; ++round) {
-    int pick = distance[0] <= distance[1] ? 0 : 1;
+    int pick = 0;
+    for (int s = 1; s < kPerLane; ++s) {
+      if (distance[s] < distance[pick]) pick = s;
+    }
     float best = distance[pick];
-    int owner = lane * 2 + pick;
+    int owner = lane * kPerLane + pick;
     for (int offset = 16; offset > 0; offset /= 2) {
       float other = __shfl_xor_sync(0xffffffffu, best, offset);
       int other_owner = __shfl_xor_sync(0xffffffffu, owner, offset);
@@ -210,33 +220,19 @@ __global__ void k_rerank(const float* __restrict__ vectors, const float* __restr
         owner = other_owner;
       }
     }
-    if (owner / 2 == lane) {
-      out_distance[std::size_t(query) * k + round] = distance[owner % 2];
-      out_position[std::size_t(query) * k + round] = position[owner % 2];
-      distance[owner % 2] = FLT_MAX;
-      position[owner % 2] = kNoPosition;
+    if (owner / kPerLane == lane) {
+      for (int s = 0; s < kPerLane; ++s) {
+        if (s != owner % kPerLane) continue;  // constant indices keep the arrays in registers
+        out_distance[std::size_t(query) * k + round] = distance[s];
+        out_position[std::size_t(query) * k + round] = position[s];
+        distance[s] = FLT_MAX;
+        position[s] = kNoPosition;
+      }
     }
   }
 }
 
-// Device buffer that grows and frees itself.
-template <typename T>
-struct DeviceBuffer {
-  T* data = nullptr;
-  std::size_t size = 0;
-  Status reserve(std::size_t n) {
-    if (n <= size) return ok_status();
-    if (data != nullptr) GPUOPT_CUDA_TRY(cudaFree(data));
-    data = nullptr;
-    size = 0;
-    GPUOPT_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&data), n * sizeof(T)));
-    size = n;
-    return ok_status();
-  }
-  ~DeviceBuffer() {
-    if (data != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(data));
-  }
-};
+using detail::DeviceBuffer;
 
 int metric_code(Metric metric) {
   return metric == Metric::kL2 ? 0 : metric == Metric::kInnerProduct ? 1 : 2;
@@ -247,13 +243,18 @@ int metric_code(Metric metric) {
 struct GpuDataset::State {
   int device = 0;
   std::size_t dim = 0;
+  int padded_dim = 0;  // width of the fp16 copy; 0 = no fused path for this dimension
   Metric metric = Metric::kL2;
   std::size_t rows = 0;
-  DeviceBuffer<float> vectors, norms;
+  std::size_t capacity = 0;
+  DeviceBuffer<float> vectors, norms, row_norms;  // norms are squared (fp64 sums, stored fp32)
+  DeviceBuffer<__half> scaled;                    // [capacity, padded_dim] fp16 of v / |v|
   cublasHandle_t cublas = nullptr;
   cudaStream_t own_stream = nullptr;  // used when a caller passes no stream
   DeviceBuffer<float> queries, query_norms, dots, tile_distance, merged_distance, final_distance;
   DeviceBuffer<std::uint64_t> tile_position, merged_position, final_position, mask;
+  DeviceBuffer<std::int32_t> overflow;
+  detail::FusedSearch fused;
   ~State() {
     if (cublas != nullptr) cublasDestroy(cublas);
     if (own_stream != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaStreamDestroy(own_stream));
@@ -263,23 +264,31 @@ struct GpuDataset::State {
     return stream != nullptr ? static_cast<cudaStream_t>(stream) : own_stream;
   }
 
-  Status grow(std::size_t needed, cudaStream_t stream) {
-    if (needed <= vectors.size / dim) return ok_status();
-    std::size_t capacity = std::max(needed, 2 * (vectors.size / dim));
-    DeviceBuffer<float> bigger_vectors, bigger_norms;
-    GPUOPT_RETURN_IF_ERROR(bigger_vectors.reserve(capacity * dim));
-    GPUOPT_RETURN_IF_ERROR(bigger_norms.reserve(capacity));
-    if (rows > 0) {
-      GPUOPT_CUDA_TRY(cudaMemcpyAsync(bigger_vectors.data, vectors.data, rows * dim * sizeof(float),
+  template <typename T>
+  static Status grow_buffer(DeviceBuffer<T>& buffer, std::size_t keep, std::size_t size,
+                            cudaStream_t stream) {
+    DeviceBuffer<T> bigger;
+    GPUOPT_RETURN_IF_ERROR(bigger.reserve(size));
+    if (keep > 0) {
+      GPUOPT_CUDA_TRY(cudaMemcpyAsync(bigger.data, buffer.data, keep * sizeof(T),
                                       cudaMemcpyDeviceToDevice, stream));
-      GPUOPT_CUDA_TRY(cudaMemcpyAsync(bigger_norms.data, norms.data, rows * sizeof(float),
-                                      cudaMemcpyDeviceToDevice, stream));
-      GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));  // old buffers are freed below
     }
-    std::swap(vectors.data, bigger_vectors.data);
-    std::swap(vectors.size, bigger_vectors.size);
-    std::swap(norms.data, bigger_norms.data);
-    std::swap(norms.size, bigger_norms.size);
+    buffer.swap(bigger);
+    // The old buffer is freed when `bigger` goes out of scope: the copy must be done by then.
+    GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
+    return ok_status();
+  }
+
+  Status reserve_rows(std::size_t needed, cudaStream_t stream) {
+    if (needed <= capacity) return ok_status();
+    std::size_t bigger = std::max(needed, 2 * capacity);
+    GPUOPT_RETURN_IF_ERROR(grow_buffer(vectors, rows * dim, bigger * dim, stream));
+    GPUOPT_RETURN_IF_ERROR(grow_buffer(norms, rows, bigger, stream));
+    GPUOPT_RETURN_IF_ERROR(grow_buffer(row_norms, rows, bigger, stream));
+    if (padded_dim > 0) {
+      GPUOPT_RETURN_IF_ERROR(grow_buffer(scaled, rows * padded_dim, bigger * padded_dim, stream));
+    }
+    capacity = bigger;
     return ok_status();
   }
 
@@ -287,16 +296,20 @@ struct GpuDataset::State {
     if (count == 0) return ok_status();
     if (source == nullptr) return invalid_argument("GPU append: vectors is null");
     GPUOPT_CUDA_TRY(cudaSetDevice(device));
-    GPUOPT_RETURN_IF_ERROR(grow(rows + count, stream));
+    GPUOPT_RETURN_IF_ERROR(reserve_rows(rows + count, stream));
     GPUOPT_CUDA_TRY(cudaMemcpyAsync(vectors.data + rows * dim, source, count * dim * sizeof(float),
                                     kind, stream));
-    unsigned blocks = static_cast<unsigned>((count * 32 + 255) / 256);
-    k_squared_norms_f32<<<blocks, 256, 0, stream>>>(vectors.data + rows * dim, count,
-                                                    static_cast<int>(dim), norms.data + rows);
-    GPUOPT_CUDA_TRY_LAUNCH();
+    GPUOPT_RETURN_IF_ERROR(detail::fused_prepare_rows(
+        vectors.data + rows * dim, count, static_cast<int>(dim), padded_dim, norms.data + rows,
+        row_norms.data + rows, padded_dim > 0 ? scaled.data + rows * padded_dim : nullptr, stream));
     rows += count;
     return ok_status();
   }
+
+  // The cuBLAS path. `mask_device`: device bitset or null.
+  Status tiled_search(const float* host_queries, std::size_t query_count, std::size_t k, bool tf32,
+                      std::size_t tile_rows_option, const std::uint64_t* mask_device,
+                      GpuSearchResult& result, cudaStream_t stream);
 };
 
 GpuDataset::GpuDataset(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -313,11 +326,12 @@ StatusOr<std::unique_ptr<GpuDataset>> GpuDataset::create(std::size_t dim, Metric
   state->device = device;
   state->dim = dim;
   state->metric = metric;
+  state->padded_dim = detail::fused_padded_dim(dim);
   GPUOPT_CUDA_TRY(cudaSetDevice(device));
-  GPUOPT_RETURN_IF_ERROR(state->vectors.reserve(std::max<std::size_t>(capacity, 1) * dim));
-  GPUOPT_RETURN_IF_ERROR(state->norms.reserve(std::max<std::size_t>(capacity, 1)));
   GPUOPT_CUBLAS_TRY(cublasCreate(&state->cublas));
   GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&state->own_stream, cudaStreamNonBlocking));
+  GPUOPT_RETURN_IF_ERROR(
+      state->reserve_rows(std::max<std::size_t>(capacity, 1), state->own_stream));
   return std::unique_ptr<GpuDataset>(new GpuDataset(std::move(state)));
 }
 
@@ -371,22 +385,13 @@ Status GpuDataset::append_dlpack(const DLTensor& tensor, void* stream) {
   }
 }
 
-StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t query_count,
-                                             const GpuSearchOptions& options,
-                                             void* stream_pointer) {
-  State& s = *state_;
-  cudaStream_t stream = s.resolve(stream_pointer);
-  const std::size_t k = options.k;
-  if (k == 0 || k > 64) return invalid_argument(message("GPU search: k %zu must be 1..64", k));
-  bool tf32 = options.precision == GpuPrecision::kTf32Rerank;
+Status GpuDataset::State::tiled_search(const float* host_queries, std::size_t query_count,
+                                       std::size_t k, bool tf32, std::size_t tile_rows_option,
+                                       const std::uint64_t* mask_device, GpuSearchResult& result,
+                                       cudaStream_t stream) {
+  State& s = *this;
   const std::size_t count = tf32 ? std::min<std::size_t>(kMaxCandidates, 4 * k) : k;
-  GpuSearchResult result;
-  result.positions.assign(query_count * k, kNoPosition);
-  result.distances.assign(query_count * k, FLT_MAX);
-  if (query_count == 0 || s.rows == 0) return result;
-  GPUOPT_CUDA_TRY(cudaSetDevice(s.device));
-  const std::size_t dim = s.dim;
-  const std::size_t tile_rows = std::clamp<std::size_t>(options.tile_rows, 256, 1 << 20);
+  const std::size_t tile_rows = std::clamp<std::size_t>(tile_rows_option, 256, 1 << 20);
   const std::size_t tiles = (s.rows + tile_rows - 1) / tile_rows;
   // Queries go in chunks so the [chunk, tile] dot block stays about 64 MiB.
   const std::size_t chunk =
@@ -401,7 +406,7 @@ StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t q
   GPUOPT_RETURN_IF_ERROR(s.merged_position.reserve(query_count * count));
   GPUOPT_RETURN_IF_ERROR(s.final_distance.reserve(query_count * k));
   GPUOPT_RETURN_IF_ERROR(s.final_position.reserve(query_count * k));
-  GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.queries.data, queries, query_count * dim * sizeof(float),
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.queries.data, host_queries, query_count * dim * sizeof(float),
                                   cudaMemcpyHostToDevice, stream));
   k_squared_norms_f32<<<static_cast<unsigned>((query_count * 32 + 255) / 256), 256, 0, stream>>>(
       s.queries.data, query_count, static_cast<int>(dim), s.query_norms.data);
@@ -409,7 +414,7 @@ StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t q
   GPUOPT_CUBLAS_TRY(cublasSetStream(s.cublas, stream));
   GPUOPT_CUBLAS_TRY(
       cublasSetMathMode(s.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
-  const int metric = metric_code(s.metric);
+  const int metric_id = metric_code(s.metric);
   const float one = 1.0f, zero = 0.0f;
   for (std::size_t q0 = 0; q0 < query_count; q0 += chunk_queries) {
     std::size_t nq = std::min(chunk_queries, query_count - q0);
@@ -423,8 +428,8 @@ StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t q
                                     s.queries.data + q0 * dim, static_cast<int>(dim), &zero,
                                     s.dots.data, static_cast<int>(nr)));
       k_tile_topk<<<static_cast<unsigned>(nq), kThreads, 0, stream>>>(
-          s.dots.data, static_cast<int>(nr), s.norms.data + r0, s.query_norms.data + q0, metric,
-          static_cast<int>(count), r0, nullptr, static_cast<int>(t), static_cast<int>(tiles),
+          s.dots.data, static_cast<int>(nr), s.norms.data + r0, s.query_norms.data + q0, metric_id,
+          static_cast<int>(count), r0, mask_device, static_cast<int>(t), static_cast<int>(tiles),
           s.tile_distance.data, s.tile_position.data);
       GPUOPT_CUDA_TRY_LAUNCH();
     }
@@ -438,18 +443,113 @@ StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t q
   const std::uint64_t* out_position = s.merged_position.data;
   if (tf32) {
     k_rerank<<<static_cast<unsigned>(query_count), 32, 0, stream>>>(
-        s.vectors.data, s.queries.data, static_cast<int>(dim), metric, s.merged_position.data,
+        s.vectors.data, s.queries.data, static_cast<int>(dim), metric_id, s.merged_position.data,
         static_cast<int>(count), static_cast<int>(k), s.final_distance.data, s.final_position.data);
     GPUOPT_CUDA_TRY_LAUNCH();
     out_distance = s.final_distance.data;
     out_position = s.final_position.data;
+  } else if (count != k) {
+    return internal_error("tiled search: candidate count differs from k without re-rank");
   }
+  // Without re-rank, merged_* holds [query_count, k] (count == k).
   GPUOPT_CUDA_TRY(cudaMemcpyAsync(result.distances.data(), out_distance,
                                   query_count * k * sizeof(float), cudaMemcpyDeviceToHost, stream));
   GPUOPT_CUDA_TRY(cudaMemcpyAsync(result.positions.data(), out_position,
                                   query_count * k * sizeof(std::uint64_t), cudaMemcpyDeviceToHost,
                                   stream));
   GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
+  return ok_status();
+}
+
+StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t query_count,
+                                             const GpuSearchOptions& options,
+                                             void* stream_pointer) {
+  State& s = *state_;
+  cudaStream_t stream = s.resolve(stream_pointer);
+  const std::size_t k = options.k;
+  if (k == 0 || k > std::size_t(kMaxCandidates)) {
+    return invalid_argument(message("GPU search: k %zu must be 1..%d", k, kMaxCandidates));
+  }
+  if (query_count > 0 && queries == nullptr) return invalid_argument("GPU search: queries is null");
+  GpuSearchResult result;
+  result.positions.assign(query_count * k, kNoPosition);
+  result.distances.assign(query_count * k, FLT_MAX);
+  if (query_count == 0 || s.rows == 0) return result;
+  GPUOPT_CUDA_TRY(cudaSetDevice(s.device));
+  const std::uint64_t* mask_device = nullptr;
+  if (options.allow_mask != nullptr) {
+    const std::size_t words = (s.rows + 63) / 64;
+    GPUOPT_RETURN_IF_ERROR(s.mask.reserve(words));
+    GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.mask.data, options.allow_mask, words * sizeof(std::uint64_t),
+                                    cudaMemcpyHostToDevice, stream));
+    mask_device = s.mask.data;
+  }
+  const bool fused = options.precision == GpuPrecision::kFp32 && s.padded_dim > 0 &&
+                     k <= detail::kFusedMaxK && s.rows < (std::size_t{1} << 31);
+  if (!fused) {
+    GPUOPT_RETURN_IF_ERROR(s.tiled_search(queries, query_count, k,
+                                          options.precision == GpuPrecision::kTf32Rerank,
+                                          options.tile_rows, mask_device, result, stream));
+    return result;
+  }
+  GPUOPT_RETURN_IF_ERROR(s.queries.reserve(query_count * s.dim));
+  GPUOPT_RETURN_IF_ERROR(s.final_distance.reserve(query_count * k));
+  GPUOPT_RETURN_IF_ERROR(s.final_position.reserve(query_count * k));
+  GPUOPT_RETURN_IF_ERROR(s.overflow.reserve(query_count));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.queries.data, queries, query_count * s.dim * sizeof(float),
+                                  cudaMemcpyHostToDevice, stream));
+  detail::FusedRows rows;
+  rows.vectors = s.vectors.data;
+  rows.squared_norm = s.norms.data;
+  rows.norm = s.row_norms.data;
+  rows.scaled = s.scaled.data;
+  rows.allow_mask = mask_device;
+  rows.rows = s.rows;
+  rows.dim = static_cast<int>(s.dim);
+  rows.padded_dim = s.padded_dim;
+  rows.metric = metric_code(s.metric);
+  Status status =
+      s.fused.run(rows, s.queries.data, query_count, static_cast<int>(k), s.final_distance.data,
+                  s.final_position.data, s.overflow.data, stream);
+  if (status.code() == StatusCode::kUnavailable) {
+    // This GPU cannot hold the fused kernel's shared memory: the cuBLAS path answers.
+    GPUOPT_RETURN_IF_ERROR(s.tiled_search(queries, query_count, k, false, options.tile_rows,
+                                          mask_device, result, stream));
+    return result;
+  }
+  GPUOPT_RETURN_IF_ERROR(status);
+  std::vector<std::int32_t> overflow(query_count);
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(result.distances.data(), s.final_distance.data,
+                                  query_count * k * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(result.positions.data(), s.final_position.data,
+                                  query_count * k * sizeof(std::uint64_t), cudaMemcpyDeviceToHost,
+                                  stream));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(overflow.data(), s.overflow.data,
+                                  query_count * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
+                                  stream));
+  GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
+  result.fused = true;
+  // Queries with more near-ties than the candidate lists hold: the cuBLAS fp32 path answers them.
+  std::vector<std::size_t> redo;
+  for (std::size_t q = 0; q < query_count; ++q) {
+    if (overflow[q] != 0) redo.push_back(q);
+  }
+  if (!redo.empty()) {
+    std::vector<float> subset(redo.size() * s.dim);
+    for (std::size_t i = 0; i < redo.size(); ++i) {
+      std::copy_n(queries + redo[i] * s.dim, s.dim, subset.data() + i * s.dim);
+    }
+    GpuSearchResult partial;
+    partial.positions.assign(redo.size() * k, kNoPosition);
+    partial.distances.assign(redo.size() * k, FLT_MAX);
+    GPUOPT_RETURN_IF_ERROR(s.tiled_search(subset.data(), redo.size(), k, false, options.tile_rows,
+                                          mask_device, partial, stream));
+    for (std::size_t i = 0; i < redo.size(); ++i) {
+      std::copy_n(partial.positions.data() + i * k, k, result.positions.data() + redo[i] * k);
+      std::copy_n(partial.distances.data() + i * k, k, result.distances.data() + redo[i] * k);
+    }
+    result.fallback_queries = redo.size();
+  }
   return result;
 }
 

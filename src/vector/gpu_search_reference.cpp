@@ -1,25 +1,48 @@
 // CPU twin of the GPU exact search, and the UNIMPLEMENTED stubs for builds without CUDA.
-#include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
 
 #include "gpuopt/vector/gpu_search.hpp"
-#include "search_kernels.hpp"
 
 namespace gpuopt::vector {
 
+double exact_distance_f64(Metric metric, const float* query, const float* row, std::size_t dim) {
+  double sum = 0, qq = 0, xx = 0;
+  for (std::size_t i = 0; i < dim; ++i) {
+    double q = query[i], x = row[i];
+    if (metric == Metric::kL2) {
+      sum += (q - x) * (q - x);
+    } else {
+      sum += q * x;
+      qq += q * q;
+      xx += x * x;
+    }
+  }
+  if (metric == Metric::kL2) return sum;
+  if (metric == Metric::kInnerProduct) return -sum;
+  return qq * xx > 0 ? 1.0 - sum / std::sqrt(qq * xx) : 1.0;
+}
+
 GpuSearchResult exact_search_reference(const float* vectors, std::size_t rows, std::size_t dim,
                                        Metric metric, const float* queries, std::size_t query_count,
-                                       std::size_t k) {
-  std::vector<float> norms(rows);
-  detail::squared_norms(vectors, rows, dim, norms.data());
-  detail::RowBlock block{vectors, norms.data(), rows, 0, nullptr};
-  auto found = detail::exact_scan({&block, 1}, dim, metric, queries, query_count, k, nullptr, 0);
+                                       std::size_t k, const std::uint64_t* allow_mask) {
   GpuSearchResult result;
   result.positions.assign(query_count * k, ~std::uint64_t{0});
-  result.distances.assign(query_count * k, __builtin_inff());
+  result.distances.assign(query_count * k, std::numeric_limits<float>::max());
+  std::vector<std::pair<double, std::uint64_t>> all;
   for (std::size_t q = 0; q < query_count; ++q) {
-    for (std::size_t i = 0; i < found[q].items().size(); ++i) {
-      result.positions[q * k + i] = found[q].items()[i].position;
-      result.distances[q * k + i] = found[q].items()[i].distance;
+    all.clear();
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      if (allow_mask != nullptr && !((allow_mask[r / 64] >> (r % 64)) & 1)) continue;
+      all.emplace_back(exact_distance_f64(metric, queries + q * dim, vectors + r * dim, dim), r);
+    }
+    std::size_t take = std::min(k, all.size());
+    std::partial_sort(all.begin(), all.begin() + take, all.end());
+    for (std::size_t i = 0; i < take; ++i) {
+      result.positions[q * k + i] = all[i].second;
+      result.distances[q * k + i] = static_cast<float>(all[i].first);
     }
   }
   return result;

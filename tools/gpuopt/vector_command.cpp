@@ -156,9 +156,6 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
   if (args.index != "exact") {
     return fail(args, unimplemented("--engine gpu supports --index exact only"));
   }
-  if (!args.where.empty() || collection.stats().deleted != 0) {
-    return fail(args, unimplemented("--engine gpu: filters and deleted rows are CPU-only so far"));
-  }
   vec::GpuSearchOptions options;
   options.k = args.k;
   if (args.precision == "tf32") {
@@ -168,8 +165,12 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
                           fmt::format("--precision {}: expected fp32 or tf32", args.precision)));
   }
   auto upload_start = std::chrono::steady_clock::now();
-  auto spans = collection.rows("", nullptr);
+  // Filters and deletes: the host evaluates them into a bitset of allowed rows for the GPU.
+  std::vector<std::uint64_t> allow;
+  const bool masked = !args.where.empty() || collection.stats().deleted != 0;
+  auto spans = collection.rows(args.where, masked ? &allow : nullptr);
   if (!spans.ok()) return fail(args, spans.status());
+  if (masked) options.allow_mask = allow.data();
   auto dataset = vec::GpuDataset::create(collection.dim(), collection.metric(), collection.size());
   if (!dataset.ok()) return fail(args, dataset.status());
   for (const auto& span : *spans) {

@@ -1,8 +1,11 @@
 // GPU exact search and zero-copy ingest (host-compilable header; CUDA streams passed as void*).
-// Vectors live in device memory with their squared norms; search tiles the rows, computes each
-// [queries, tile] block of dot products with cuBLAS (fp32, or TF32 with an exact fp32 re-rank of
-// 4k candidates), and a fused kernel keeps each query's top-k per tile, so the full distance
-// matrix never exists. Built without CUDA, every entry point returns UNIMPLEMENTED.
+// Vectors live in device memory with their norms and a norm-scaled fp16 copy. The exact search
+// (kFp32) runs one fused kernel: fp16 tensor-core dot products, block tile by block tile, reduced
+// at once into per-query candidate lists kept by a provably conservative error bound, then an
+// fp64 re-rank of the few candidates, so the answer equals float64 brute force (ties aside) and
+// the distance matrix never exists (docs/vector-gpu-exact.md). Shapes outside the fused path
+// (dim > 128, k > 128) use cuBLAS fp32 tiles + a per-tile top-k. Built without CUDA, every entry
+// point returns UNIMPLEMENTED.
 #pragma once
 
 #include <cstddef>
@@ -36,19 +39,29 @@ struct DLTensor {
 };
 
 enum class GpuPrecision {
-  kFp32,        // exact: fp32 GEMM, same ordering rule as the CPU search (ties aside)
-  kTf32Rerank,  // TF32 tensor-core GEMM picks 4k candidates, re-ranked with exact fp32 distances
+  // Exact: the fused fp16 tensor-core pass with a conservative bound + fp64 re-rank (equals float64
+  // brute force up to ties) where it applies, else the cuBLAS fp32 path (ties within fp32
+  // rounding).
+  kFp32,
+  kTf32Rerank,  // TF32 tensor-core GEMM picks 4k candidates, re-ranked with fp32 (approximate)
+  kFp32Tiled,   // always the cuBLAS fp32 tiles + top-k path (the fallback, kept for comparison)
 };
 
 struct GpuSearchOptions {
-  std::size_t k = 10;  // 1..64
+  std::size_t k = 10;  // 1..128
   GpuPrecision precision = GpuPrecision::kFp32;
-  std::size_t tile_rows = 16384;  // rows per GEMM tile: [queries, tile] fp32 stays L2-sized
+  std::size_t tile_rows =
+      16384;  // cuBLAS path: rows per GEMM tile ([queries, tile] stays L2-sized)
+  // Host bitset over the dataset's rows, ceil(rows / 64) words: bit r of word r / 64 set = row r
+  // may be returned (live and passing the filter). Null = every row.
+  const std::uint64_t* allow_mask = nullptr;
 };
 
 struct GpuSearchResult {
   std::vector<std::uint64_t> positions;  // [query_count, k] row positions; ~0 when fewer rows
-  std::vector<float> distances;          // [query_count, k]
+  std::vector<float> distances;          // [query_count, k]; FLT_MAX where no row
+  bool fused = false;                    // the fused tensor-core path answered (else cuBLAS tiles)
+  std::size_t fallback_queries = 0;  // queries the fused path handed to the cuBLAS path (near-ties)
 };
 
 // Every `stream` argument may be null: the dataset then uses its own non-blocking stream.
@@ -86,9 +99,12 @@ class GpuDataset {
   std::unique_ptr<State> state_;
 };
 
-// CPU twin of the GPU search (the test oracle): same distances, same top-k rule.
+// CPU twin of the GPU search (the test oracle): float64 brute force over the allowed rows, ordered
+// by (distance, position); distances rounded to float at the end.
 GpuSearchResult exact_search_reference(const float* vectors, std::size_t rows, std::size_t dim,
                                        Metric metric, const float* queries, std::size_t query_count,
-                                       std::size_t k);
+                                       std::size_t k, const std::uint64_t* allow_mask = nullptr);
+// The same float64 distance the re-rank and the reference use (1 - cos is 1 for a zero vector).
+double exact_distance_f64(Metric metric, const float* query, const float* row, std::size_t dim);
 
 }  // namespace gpuopt::vector
