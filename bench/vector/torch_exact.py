@@ -52,7 +52,8 @@ def main():
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--ids", help="write the best variant's result ids here (.npy)")
-    p.add_argument("--check", help="ids of another engine (.npy [nq, k]) to check against truth")
+    p.add_argument("--check", help="ids of another engine ([nq, k]; .npy, else raw int64) to check "
+                   "against float64 truth")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # exact fp32: no TF32 shortcut for torch either
     torch.backends.cudnn.allow_tf32 = False
@@ -90,7 +91,9 @@ def main():
         np.save(a.ids, found.indices.cpu().numpy().astype(np.int64))
     if a.check:
         truth = float64_truth(base, queries, a.k)
-        ids = torch.from_numpy(np.load(a.check)).to(dev)
+        raw = (np.load(a.check) if a.check.endswith(".npy")
+               else np.fromfile(a.check, dtype=np.int64).reshape(queries.shape[0], a.k))
+        ids = torch.from_numpy(raw.astype(np.int64)).to(dev)
         valid = ids >= 0
         rows = base.double()[ids.clamp(min=0)]  # [nq, k, dim]
         got = ((rows - queries.double()[:, None, :]) ** 2).sum(2)

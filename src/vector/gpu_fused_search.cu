@@ -22,7 +22,9 @@
 // queries and for its CTA's share of the rows, a list of rows with lb <= T; when a list fills, the
 // warp recomputes T from the list's upper bounds and drops the rows with lb > T. A second kernel
 // takes T* = min over the row groups, keeps lb <= T*, computes those rows' distances in fp64 and
-// sorts them by (distance, position): the answer is float64 brute force's, ties aside. If a query
+// sorts them by (distance, position): the answer is float64 brute force's, ties aside. (When no
+// row group saw k allowed rows, e.g. under a sparse mask, the k-th smallest upper bound over all
+// the candidates serves as T* instead.) If a query
 // has more near-ties than its list holds (e.g. many duplicate vectors at the k-th distance), it is
 // flagged and the caller answers it with the fp32 cuBLAS path.
 #include <algorithm>
@@ -492,14 +494,59 @@ __global__ void __launch_bounds__(kRerankThreads) k_fused_rerank_f64(const Reran
   for (int w = 1; w < kRerankThreads / 32; ++w) threshold = fminf(threshold, warp_min[w]);
 
   const float query_norm = p.query_norm[query], query_squared = p.query_squared[query];
-  for (int index = threadIdx.x; index < p.groups * kCapacity; index += kRerankThreads) {
+  const int entries = p.groups * kCapacity;
+  auto bounds_of = [&](int index, Bounds& b, std::uint32_t& r) {
     std::size_t slot = std::size_t(query) * p.groups + index / kCapacity;
-    if (index % kCapacity >= p.candidate_count[slot]) continue;
+    if (index % kCapacity >= p.candidate_count[slot]) return false;
     std::size_t entry = slot * kCapacity + index % kCapacity;
-    std::uint32_t r = p.candidate_row[entry];
-    Bounds b = distance_bounds(p.metric, p.candidate_value[entry], p.eps, query_norm, query_squared,
-                               p.row_norm[r], p.row_squared[r]);
-    if (b.lower <= threshold) {
+    r = p.candidate_row[entry];
+    b = distance_bounds(p.metric, p.candidate_value[entry], p.eps, query_norm, query_squared,
+                        p.row_norm[r], p.row_squared[r]);
+    return true;
+  };
+  // When no row group saw k allowed rows (sparse masks), its threshold says nothing: then the k-th
+  // smallest upper bound over all candidates (any k rows' bounds will do) tightens T*.
+  {
+    int local = 0;
+    for (int index = threadIdx.x; index < entries; index += kRerankThreads) {
+      Bounds b;
+      std::uint32_t r;
+      if (bounds_of(index, b, r) && b.lower <= threshold) ++local;
+    }
+    atomicAdd(&survivors, local);
+    __syncthreads();
+    const bool too_many = survivors > kSurvivors;
+    __syncthreads();
+    if (too_many) {
+      std::uint32_t lo = 0, hi = 0xfffffffeu;
+      while (lo < hi) {
+        const std::uint32_t mid = lo + (hi - lo) / 2;
+        if (threadIdx.x == 0) survivors = 0;
+        __syncthreads();
+        int below = 0;
+        for (int index = threadIdx.x; index < entries; index += kRerankThreads) {
+          Bounds b;
+          std::uint32_t r;
+          if (bounds_of(index, b, r) && orderable(b.upper) <= mid) ++below;
+        }
+        atomicAdd(&survivors, below);
+        __syncthreads();
+        if (survivors >= p.k) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+        __syncthreads();
+      }
+      threshold = fminf(threshold, from_orderable(lo));
+    }
+    if (threadIdx.x == 0) survivors = 0;
+    __syncthreads();
+  }
+  for (int index = threadIdx.x; index < entries; index += kRerankThreads) {
+    Bounds b;
+    std::uint32_t r;
+    if (bounds_of(index, b, r) && b.lower <= threshold) {
       int s = atomicAdd(&survivors, 1);
       if (s < kSurvivors) row[s] = r;
     }
