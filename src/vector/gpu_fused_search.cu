@@ -305,10 +305,15 @@ __global__ void __launch_bounds__(kWarps * 32) k_fused_select_f16(const SelectPa
     for (int c = threadIdx.x; c < 2 * kTileRows / 4; c += kWarps * 32) {
       int which = c / (kTileRows / 4), r = (c % (kTileRows / 4)) * 4;
       std::size_t row = row0 + r;
-      int bytes = row + 4 <= row_end ? 16 : row < row_end ? int(row_end - row) * 4 : 0;
       const float* source = which ? p.row_squared : p.row_norm;
       float* target = (which ? tile_squared : tile_norm) + stage * kTileRows + r;
-      cp_async_16(target, source + (bytes > 0 ? row : 0), bytes);
+      if (row + 4 <= row_end) {
+        cp_async_16(target, source + row, 16);
+      } else {
+        // The array's tail: plain loads (a partial cp.async still reads as 16 bytes to
+        // compute-sanitizer). Visible to all after the next iteration's __syncthreads.
+        for (int i = 0; i < 4; ++i) target[i] = row + i < row_end ? source[row + i] : 0.0f;
+      }
     }
   };
 
