@@ -67,6 +67,11 @@ c = torch.get("check", {})
 print(f"RESULT: gpu exact vs float64 truth: ranks off {c.get('ranks_off')}, max relative "
       f"deviation {c.get('max_rank_relative_deviation')}, invalid ids {c.get('invalid_ids')}")
 PY
+# The library call without the CLI (same data): fused exact vs the cuBLAS fp32 tiles.
+if [ -x "$GPUOPT_BIN/gpu_vector" ]; then
+  GPUOPT_VECTOR_TIMING_BASE="$work/base.npy" GPUOPT_VECTOR_TIMING_QUERIES="$work/queries.npy" \
+    "$GPUOPT_BIN/gpu_vector" --gtest_filter='FusedSearchTiming.*' 2>&1 | grep '^RESULT' | tee "$out/library_timing.txt"
+fi
 echo "RESULT: cold open 1Mx128 store: ${open_ms} ms (best of 5)"
 
 # `gpuopt bench vector`: the audit's quick run (every testcase, exact-gpu included), then exact
