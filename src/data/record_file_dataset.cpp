@@ -200,11 +200,18 @@ class RecordFileDataset final : public Dataset {
   }
 
   std::string describe() const override {
-    std::string io =
-        reader_ ? reader_->describe()
-                : fmt::format("pread{}", file_->direct_fd() >= 0 ? " (O_DIRECT for aligned "
-                                                                   "buffers)"
-                                                                 : "");
+    std::string io;
+    if (reader_) {
+      io = reader_->describe();
+    } else {
+      io = file_->direct_fd() >= 0 ? "pread, O_DIRECT for whole records into aligned buffers"
+                                   : "pread";
+      std::uint64_t direct = direct_reads_.load(std::memory_order_relaxed);
+      std::uint64_t buffered = buffered_reads_.load(std::memory_order_relaxed);
+      if (direct + buffered > 0) {
+        io += fmt::format("; {} O_DIRECT and {} buffered reads so far", direct, buffered);
+      }
+    }
     return fmt::format("record file {}: {} records x {} B ({})", file_->path(), size(),
                        file_->record_bytes(), io);
   }
