@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <random>
+#include <string_view>
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
@@ -29,6 +31,34 @@ constexpr int kGroupSize = 128;
 // weights means each launch reads its weights from HBM.
 constexpr double kRotationBytes = 192e6;
 const std::vector<int> kBatchSizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+
+// Sweeps on the GPU machine without new CLI flags: GPUOPT_GEMM_M="1,64" limits the batch sizes,
+// GPUOPT_GEMM_FORCE_PATH sets W4A16Options::force_path, GPUOPT_GEMM_DETERMINISTIC=1 sets
+// W4A16Options::deterministic (docs/w4a16-gemm.md).
+std::vector<int> batch_sizes() {
+  const char* text = std::getenv("GPUOPT_GEMM_M");
+  if (text == nullptr || *text == '\0') return kBatchSizes;
+  std::vector<int> sizes;
+  for (const char* p = text; *p != '\0';) {
+    char* end = nullptr;
+    const long value = std::strtol(p, &end, 10);
+    if (end == p) break;
+    if (value >= 1 && value <= kBatchSizes.back()) sizes.push_back(static_cast<int>(value));
+    p = *end == ',' ? end + 1 : end;
+  }
+  return sizes.empty() ? kBatchSizes : sizes;
+}
+
+kernels::W4A16Options options_from_environment() {
+  kernels::W4A16Options options;
+  if (const char* path = std::getenv("GPUOPT_GEMM_FORCE_PATH"); path != nullptr && *path != '\0') {
+    options.force_path = std::atoi(path);
+  }
+  if (const char* flag = std::getenv("GPUOPT_GEMM_DETERMINISTIC"); flag != nullptr) {
+    options.deterministic = std::string_view(flag) == "1";
+  }
+  return options;
+}
 
 struct Shape {
   int k, n;
@@ -151,6 +181,8 @@ class ShapeTestcase : public Testcase {
     const int k = shape_.k;
     const int n = shape_.n;
     const int max_m = kBatchSizes.back();
+    const std::vector<int> sizes = batch_sizes();
+    const kernels::W4A16Options gemm_options = options_from_environment();
     Stream owned;
     GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&owned.stream, cudaStreamNonBlocking));
     cudaStream_t stream = owned.stream;
@@ -201,8 +233,8 @@ class ShapeTestcase : public Testcase {
     nlohmann::json rows = nlohmann::json::array();
     double min_speedup = 1e30;
     int step = 0;
-    for (int m : kBatchSizes) {
-      context.progress(static_cast<double>(step++) / kBatchSizes.size());
+    for (int m : sizes) {
+      context.progress(static_cast<double>(step++) / sizes.size());
       nlohmann::json row;
       row["m"] = m;
       double gpuopt_us[2] = {0, 0}, cublas_us[2] = {0, 0};
@@ -213,7 +245,7 @@ class ShapeTestcase : public Testcase {
         std::vector<std::unique_ptr<kernels::W4A16Gemm>> gemms;
         DeviceBuffer workspace;
         for (int r = 0; r < rotations; ++r) {
-          auto gemm = std::make_unique<kernels::W4A16Gemm>();
+          auto gemm = std::make_unique<kernels::W4A16Gemm>(gemm_options);
           kernels::W4A16Gemm::Arguments arguments{m, x.pointer, y.pointer, &weights[t][r]};
           if (r == 0) {
             GPUOPT_ASSIGN_OR_RETURN(std::size_t bytes, gemm->workspace_size(arguments));

@@ -85,16 +85,24 @@ __device__ __forceinline__ void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
 }
 
-__device__ __forceinline__ void load_matrix_x4(std::uint32_t (&fragment)[4], const void* shared) {
+__device__ __forceinline__ void load_matrix_x4(std::uint32_t* fragment, const void* shared) {
   const std::uint32_t address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
                : "r"(address));
 }
 
+// Two 8x8 matrices: lanes 0-7 address the first, 8-15 the second.
+__device__ __forceinline__ void load_matrix_x2(std::uint32_t* fragment, const void* shared) {
+  const std::uint32_t address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
+               : "=r"(fragment[0]), "=r"(fragment[1])
+               : "r"(address));
+}
+
 template <typename T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4],
-                                          std::uint32_t b0, std::uint32_t b1) {
+__device__ __forceinline__ void mma_16816(float* c, const std::uint32_t* a, std::uint32_t b0,
+                                          std::uint32_t b1) {
   if constexpr (std::is_same_v<T, __half>) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -119,6 +127,14 @@ __device__ __forceinline__ __half2 float2_to_pair<__half>(float a, float b) {
 template <>
 __device__ __forceinline__ __nv_bfloat162 float2_to_pair<__nv_bfloat16>(float a, float b) {
   return __floats2bfloat162_rn(a, b);
+}
+template <typename T>
+__device__ __forceinline__ T float_to_value(float a) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(a);
+  } else {
+    return __float2bfloat16_rn(a);
+  }
 }
 
 // ---- the tensor-core kernel ----
@@ -151,33 +167,41 @@ struct KernelParams {
   FastDivisor m_block_divisor;
   int iterations_per_tile;
   int total_iterations;
+  int splits;  // > 0: deterministic, block b is split b % splits of tile b / splits
 };
 
 constexpr int kAPitch = kStageK + 8;  // halves; the 16-byte skew keeps ldmatrix conflict-free
 constexpr int kScaleRows = kStageK / kTileK;  // a stage spans at most this many groups
 
-template <int kWarpsN, int kWarpsK, int kMTiles, int kStages>
+// kSwap = false: x rows are the mma A operand (kMTiles m16 tiles of 16 rows) and the weights B
+// (8 n8 tiles per warp strip). kSwap = true (small M): the weights are A (4 m16 tiles of 16
+// columns per strip, built from the same B fragments: {b0(j), b0(j+1), b1(j), b1(j+1)}) and x is
+// B (kMTiles n8 tiles of 8 rows), so M <= 8 needs half the mma instructions and accumulators.
+template <bool kSwap, int kWarpsN, int kWarpsK, int kMTiles, int kStages>
 struct Geometry {
   static constexpr int kThreads = 32 * kWarpsN * kWarpsK;
   static constexpr int kBlockN = kTileN * kWarpsN;
   static constexpr int kTilesPerWarp = kStageK / kTileK / kWarpsK;  // k16 tiles a warp does a stage
-  static constexpr int kRows = 16 * kMTiles;
+  static constexpr int kRows = (kSwap ? 8 : 16) * kMTiles;
+  static constexpr int kXRegs = (kSwap ? 2 : 4) * kMTiles;  // x fragment registers per k16 tile
   static constexpr int kWeightBytes = (kStageK / kTileK) * kWarpsN * kTileBytes;
   static constexpr int kActivationBytes = kRows * kAPitch * 2;
   static constexpr int kScaleBytes = kScaleRows * kBlockN * 2;
   static constexpr int kZeroBytes = kScaleRows * kBlockN;
   static constexpr int kStageBytes = kWeightBytes + kActivationBytes + kScaleBytes + kZeroBytes;
-  static constexpr int kAccumulators = kMTiles * 8 * 4;
+  static constexpr int kAccumulators = kMTiles * (kSwap ? 4 : 8) * 4;
   static constexpr int kReductionBytes = (kWarpsK - 1) * kWarpsN * 32 * kAccumulators * 4;
   static constexpr int kSharedBytes = kStages * kStageBytes + kReductionBytes;
   static_assert(kTilesPerWarp >= 1 && kTilesPerWarp * kWarpsK * kTileK == kStageK);
 };
 
-template <typename T, int kWarpsN, int kWarpsK, int kMTiles, int kStages>
-// One m-tile: at most 128 registers so two blocks share an SM (decode is latency-bound).
-__global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMTiles == 1 ? 2 : 1)
+// kMinBlocks 2 for small M: at most 128 registers so two blocks share an SM (decode is
+// latency-bound).
+template <typename T, bool kSwap, int kWarpsN, int kWarpsK, int kMTiles, int kStages,
+          int kMinBlocks>
+__global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
     k_w4a16_gemm(const KernelParams params) {
-  using G = Geometry<kWarpsN, kWarpsK, kMTiles, kStages>;
+  using G = Geometry<kSwap, kWarpsN, kWarpsK, kMTiles, kStages>;
   using Pair = typename TypeTraits<T>::Pair;
   extern __shared__ __align__(16) unsigned char shared[];
 
@@ -255,14 +279,15 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMTiles == 1 ? 2 : 1)
                               policy);
     }
     T* activations = reinterpret_cast<T*>(base + G::kWeightBytes);
-    constexpr int kActivationChunks = G::kRows * (kStageK / 8);
-    for (int c = thread; c < kActivationChunks; c += G::kThreads) {
+    // Only rows < M are copied: the rows past M hold stale data, which reaches only output rows
+    // that are never stored (an mma output element depends on its own A row and B column).
+    const int activation_chunks = min(G::kRows, params.m - m_block * G::kRows) * (kStageK / 8);
+    for (int c = thread; c < activation_chunks; c += G::kThreads) {
       const int r = c / (kStageK / 8);
       const int col = c % (kStageK / 8);
       const int row = m_block * G::kRows + r;
-      const bool valid = row < params.m;
-      const T* source = valid ? x + static_cast<std::size_t>(row) * params.k + k0 + col * 8 : x;
-      copy_async_16(activations + r * kAPitch + col * 8, source, valid);
+      copy_async_16(activations + r * kAPitch + col * 8,
+                    x + static_cast<std::size_t>(row) * params.k + k0 + col * 8, true);
     }
     const int first_group = params.group_divisor.divide(k0);
     const int group_rows = params.group_divisor.divide(k0 + kStageK - 1) - first_group + 1;
@@ -292,14 +317,11 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMTiles == 1 ? 2 : 1)
     }
   };
 
-  float accumulators[kMTiles][8][4];
+  // Not swapped: [m-tile][n8 tile j][4]; swapped: [token tile][m16 tile w][4].
+  float accumulators[G::kAccumulators];
   auto clear = [&]() {
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) accumulators[mt][j][e] = 0.0f;
+    for (int i = 0; i < G::kAccumulators; ++i) accumulators[i] = 0.0f;
   };
   clear();
 
@@ -321,6 +343,35 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMTiles == 1 ? 2 : 1)
         reinterpret_cast<const std::uint16_t*>(base + G::kWeightBytes + G::kActivationBytes);
     const std::uint8_t* zeros = reinterpret_cast<const std::uint8_t*>(
         base + G::kWeightBytes + G::kActivationBytes + G::kScaleBytes);
+    // Every shared-memory read of this stage is issued first, so their latencies overlap and the
+    // dequantise + mma of a tile does not wait on its own loads.
+    uint4 packed[G::kTilesPerWarp];
+    std::uint32_t x_fragments[G::kTilesPerWarp][G::kXRegs];
+#pragma unroll
+    for (int i = 0; i < G::kTilesPerWarp; ++i) {
+      const int kt = warp_k * G::kTilesPerWarp + i;
+      packed[i] = weights[(kt * kWarpsN + warp_n) * 32 + lane];
+      if constexpr (kSwap) {
+        // B fragments of x: matrix 0 = tokens 0-7 at k 0-7, 1 = same tokens at k 8-15, 2 and 3 =
+        // the next 8 tokens; thread (g, c) gets token g, k 2c and 2c+1.
+        const int row = 8 * (lane / 16) + lane % 8;
+        const int col = kt * kTileK + ((lane / 8) % 2) * 8;
+        if constexpr (kMTiles == 1) {
+          load_matrix_x2(x_fragments[i], activations + row * kAPitch + col);
+        } else {
+#pragma unroll
+          for (int p = 0; p < kMTiles / 2; ++p) {
+            load_matrix_x4(x_fragments[i] + 4 * p, activations + (16 * p + row) * kAPitch + col);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          load_matrix_x4(x_fragments[i] + 4 * mt, activations + (mt * 16 + lane % 16) * kAPitch +
+                                                      kt * kTileK + (lane / 16) * 8);
+        }
+      }
+    }
 #pragma unroll
     for (int i = 0; i < G::kTilesPerWarp; ++i) {
       const int kt = warp_k * G::kTilesPerWarp + i;
@@ -356,14 +407,7 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMTiles == 1 ? 2 : 1)
           }
         }
       }
-      std::uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        load_matrix_x4(
-            a[mt], activations + (mt * 16 + lane % 16) * kAPitch + kt * kTileK + (lane / 16) * 8);
-      }
-      const uint4 packed = weights[(kt * kWarpsN + warp_n) * 32 + lane];
-      const std::uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+      const std::uint32_t words[4] = {packed[i].x, packed[i].y, packed[i].z, packed[i].w};
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         std::uint32_t b[4];
@@ -392,10 +436,21 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMTiles == 1 ? 2 : 1)
             b[s] = as_bits(__hmul2(__hsub2(raw, as_pair<Pair>(zero_pairs[j])), scale_pairs[j]));
           }
         }
+        // b = {b0(2w), b1(2w), b0(2w+1), b1(2w+1)}.
+        if constexpr (kSwap) {
+          const std::uint32_t a[4] = {b[0], b[2], b[1], b[3]};
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816<T>(accumulators[mt][2 * w], a[mt], b[0], b[1]);
-          mma_16816<T>(accumulators[mt][2 * w + 1], a[mt], b[2], b[3]);
+          for (int tt = 0; tt < kMTiles; ++tt) {
+            mma_16816<T>(accumulators + (tt * 4 + w) * 4, a, x_fragments[i][2 * tt],
+                         x_fragments[i][2 * tt + 1]);
+          }
+        } else {
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            mma_16816<T>(accumulators + (mt * 8 + 2 * w) * 4, x_fragments[i] + 4 * mt, b[0], b[1]);
+            mma_16816<T>(accumulators + (mt * 8 + 2 * w + 1) * 4, x_fragments[i] + 4 * mt, b[2],
+                         b[3]);
+          }
         }
       }
     }
@@ -413,12 +468,7 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMTiles == 1 ? 2 : 1)
       if (warp_k > 0) {
         float* mine = reduction + ((warp_k - 1) * kWarpsN + warp_n) * 32 * G::kAccumulators;
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              mine[((mt * 8 + j) * 4 + e) * 32 + lane] = accumulators[mt][j][e];
+        for (int i = 0; i < G::kAccumulators; ++i) mine[i * 32 + lane] = accumulators[i];
       }
       __syncthreads();
       if (warp_k == 0) {
@@ -426,18 +476,40 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMTiles == 1 ? 2 : 1)
           const float* theirs =
               reduction + ((other - 1) * kWarpsN + warp_n) * 32 * G::kAccumulators;
 #pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-              for (int e = 0; e < 4; ++e)
-                accumulators[mt][j][e] += theirs[((mt * 8 + j) * 4 + e) * 32 + lane];
+          for (int i = 0; i < G::kAccumulators; ++i) accumulators[i] += theirs[i * 32 + lane];
         }
       }
     }
     const bool whole_tile = length == ipt;
     T* y = static_cast<T*>(params.y);
-    if (warp_k == 0) {
+    if (kSwap && warp_k == 0) {
+      // c0, c1: column 16w + g, tokens 2c and 2c+1; c2, c3: column 16w + 8 + g.
+#pragma unroll
+      for (int tt = 0; tt < kMTiles; ++tt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = m_block * G::kRows + tt * 8 + 2 * (lane % 4) + e % 2;
+          if (row >= params.m) continue;
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            const int col =
+                n_block * G::kBlockN + warp_n * kTileN + 16 * w + 8 * (e / 2) + lane_group;
+            const float v = accumulators[(tt * 4 + w) * 4 + e];
+            const std::size_t index = static_cast<std::size_t>(row) * params.n + col;
+            if (whole_tile) {
+              y[index] = float_to_value<T>(v);
+            } else if (params.splits > 0) {
+              const std::size_t slice =
+                  static_cast<std::size_t>(blockIdx.x % params.splits) * params.m * params.n;
+              __stcg(params.partial + slice + index, v);
+            } else {
+              atomicAdd(params.partial + index, v);
+            }
+          }
+        }
+      }
+    }
+    if (!kSwap && warp_k == 0) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -447,11 +519,17 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMTiles == 1 ? 2 : 1)
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
             const int col = n_block * G::kBlockN + warp_n * kTileN + 8 * j + 2 * (lane % 4);
-            const float v0 = accumulators[mt][j][2 * half];
-            const float v1 = accumulators[mt][j][2 * half + 1];
+            const float v0 = accumulators[(mt * 8 + j) * 4 + 2 * half];
+            const float v1 = accumulators[(mt * 8 + j) * 4 + 2 * half + 1];
             const std::size_t index = static_cast<std::size_t>(row) * params.n + col;
             if (whole_tile) {
               *reinterpret_cast<Pair*>(y + index) = float2_to_pair<T>(v0, v1);
+            } else if (params.splits > 0) {
+              // Deterministic: this split's own slice, no atomics; summed in split order below.
+              const std::size_t slice =
+                  static_cast<std::size_t>(blockIdx.x % params.splits) * params.m * params.n;
+              __stcg(reinterpret_cast<float2*>(params.partial + slice + index),
+                     make_float2(v0, v1));
             } else {
               atomicAdd(params.partial + index, v0);
               atomicAdd(params.partial + index + 1, v1);
@@ -479,9 +557,23 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMTiles == 1 ? 2 : 1)
           const int c4 = q - r * (G::kBlockN / 4);
           const std::size_t index = static_cast<std::size_t>(m_block * G::kRows + r) * params.n +
                                     n_block * G::kBlockN + c4 * 4;
-          float4* source = reinterpret_cast<float4*>(params.partial + index);
-          const float4 v = __ldcg(source);
-          __stcg(source, make_float4(0.f, 0.f, 0.f, 0.f));
+          float4 v;
+          if (params.splits > 0) {
+            v = make_float4(0.f, 0.f, 0.f, 0.f);
+            const std::size_t slice = static_cast<std::size_t>(params.m) * params.n;
+            for (int s = 0; s < params.splits; ++s) {
+              const float4 p =
+                  __ldcg(reinterpret_cast<const float4*>(params.partial + index + s * slice));
+              v.x += p.x;
+              v.y += p.y;
+              v.z += p.z;
+              v.w += p.w;
+            }
+          } else {
+            float4* source = reinterpret_cast<float4*>(params.partial + index);
+            v = __ldcg(source);
+            __stcg(source, make_float4(0.f, 0.f, 0.f, 0.f));
+          }
           Pair* target = reinterpret_cast<Pair*>(y + index);
           target[0] = float2_to_pair<T>(v.x, v.y);
           target[1] = float2_to_pair<T>(v.z, v.w);
@@ -589,15 +681,19 @@ using KernelFunction = void (*)(KernelParams);
 
 struct Variant {
   KernelFunction function;
-  int m_tiles, warps_n, warps_k, stages, threads;
+  bool swapped;
+  int m_tiles, rows, warps_n, warps_k, stages, threads;
   std::size_t shared_bytes;
 };
 
-template <typename T, int kWarpsN, int kWarpsK, int kMTiles, int kStages>
+template <typename T, bool kSwap, int kWarpsN, int kWarpsK, int kMTiles, int kStages,
+          int kMinBlocks>
 Variant make_variant() {
-  using G = Geometry<kWarpsN, kWarpsK, kMTiles, kStages>;
-  return Variant{&k_w4a16_gemm<T, kWarpsN, kWarpsK, kMTiles, kStages>,
+  using G = Geometry<kSwap, kWarpsN, kWarpsK, kMTiles, kStages>;
+  return Variant{&k_w4a16_gemm<T, kSwap, kWarpsN, kWarpsK, kMTiles, kStages, kMinBlocks>,
+                 kSwap,
                  kMTiles,
+                 G::kRows,
                  kWarpsN,
                  kWarpsK,
                  kStages,
@@ -605,22 +701,34 @@ Variant make_variant() {
                  static_cast<std::size_t>(G::kSharedBytes)};
 }
 
-// Stages per m-tile count: 2 blocks/SM fit for 1-2 m-tiles, one deep pipeline for 4.
+// x-rows kernel: stages per m-tile count, 2 blocks/SM fit for 1-2 m-tiles, one deep pipeline
+// for 4. Swapped (weights as A) kernel for small M: 8, 16 or 32 rows a block, 2 blocks/SM up to
+// 16 rows, and at most ~97 KB of shared memory up to 16 rows so that sm_86/89 can run it too.
 template <typename T>
-Variant select_variant(int m_tiles, bool wide) {
-  if (wide) {
-    if (m_tiles == 1) return make_variant<T, 4, 2, 1, 6>();
-    if (m_tiles == 2) return make_variant<T, 4, 2, 2, 4>();
-    return make_variant<T, 4, 2, 4, 6>();
+Variant select_variant(bool swapped, int m_tiles, bool wide) {
+  if (swapped) {
+    if (wide) {
+      if (m_tiles == 1) return make_variant<T, true, 4, 2, 1, 7, 2>();
+      if (m_tiles == 2) return make_variant<T, true, 4, 2, 2, 6, 2>();
+      return make_variant<T, true, 4, 2, 4, 6, 1>();
+    }
+    if (m_tiles == 1) return make_variant<T, true, 1, 4, 1, 7, 2>();
+    if (m_tiles == 2) return make_variant<T, true, 1, 4, 2, 6, 2>();
+    return make_variant<T, true, 1, 4, 4, 6, 1>();
   }
-  if (m_tiles == 1) return make_variant<T, 1, 4, 1, 6>();
-  if (m_tiles == 2) return make_variant<T, 1, 4, 2, 4>();
-  return make_variant<T, 1, 4, 4, 6>();
+  if (wide) {
+    if (m_tiles == 1) return make_variant<T, false, 4, 2, 1, 6, 2>();
+    if (m_tiles == 2) return make_variant<T, false, 4, 2, 2, 4, 1>();
+    return make_variant<T, false, 4, 2, 4, 6, 1>();
+  }
+  if (m_tiles == 1) return make_variant<T, false, 1, 4, 1, 6, 2>();
+  if (m_tiles == 2) return make_variant<T, false, 1, 4, 2, 4, 1>();
+  return make_variant<T, false, 1, 4, 4, 6, 1>();
 }
 
-Variant variant_for(ActivationType type, int m_tiles, bool wide) {
-  return type == ActivationType::kFloat16 ? select_variant<__half>(m_tiles, wide)
-                                          : select_variant<__nv_bfloat16>(m_tiles, wide);
+Variant variant_for(ActivationType type, bool swapped, int m_tiles, bool wide) {
+  return type == ActivationType::kFloat16 ? select_variant<__half>(swapped, m_tiles, wide)
+                                          : select_variant<__nv_bfloat16>(swapped, m_tiles, wide);
 }
 
 std::size_t align_up(std::size_t value) { return (value + 255) / 256 * 256; }
@@ -646,6 +754,7 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   Plan plan;
   W4A16Config& config = plan.config;
   bool fallback = options.fallback_min_m > 0 && m >= options.fallback_min_m;
+  if (options.deterministic) fallback = false;  // cuBLAS chooses its kernel by M
   if (options.force_path >= 0) fallback = options.force_path == 1;
   std::size_t offset = 0;
   if (w.perm != nullptr) {
@@ -657,14 +766,20 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   int optin = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const bool wide = w.n % (4 * kTileN) == 0;
+  // M <= 16: the swapped kernel (weights as the mma A operand). Deterministic runs always use
+  // the x-rows kernel, so that a row's arithmetic is the same whatever M.
+  bool swapped = m <= 16;
+  if (options.force_path == 2) swapped = false;
+  if (options.force_path == 3) swapped = true;
+  if (options.deterministic) swapped = false;
+  int m_tiles = swapped ? (m <= 8 ? 1 : m <= 16 ? 2 : 4) : (m <= 16 ? 1 : m <= 32 ? 2 : 4);
   // The deepest m-tiling whose shared memory this GPU allows (Ampere/Ada give a block 99-163 KB,
   // less than the 4-m-tile kernel wants); none fits: the cuBLAS path.
-  int m_tiles = m <= 16 ? 1 : m <= 32 ? 2 : 4;
-  while (m_tiles > 1 &&
-         variant_for(w.type, m_tiles, wide).shared_bytes > static_cast<std::size_t>(optin)) {
+  while (m_tiles > 1 && variant_for(w.type, swapped, m_tiles, wide).shared_bytes >
+                            static_cast<std::size_t>(optin)) {
     m_tiles /= 2;
   }
-  if (variant_for(w.type, m_tiles, wide).shared_bytes > static_cast<std::size_t>(optin)) {
+  if (variant_for(w.type, swapped, m_tiles, wide).shared_bytes > static_cast<std::size_t>(optin)) {
     fallback = true;
   }
   if (fallback) {
@@ -676,12 +791,14 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   }
   config.path = W4A16Path::kTensorCore;
   config.m_tiles = m_tiles;
-  const Variant variant = variant_for(w.type, config.m_tiles, wide);
+  config.swapped = swapped;
+  const Variant variant = variant_for(w.type, swapped, config.m_tiles, wide);
+  config.block_m = variant.rows;
   config.block_n = variant.warps_n * kTileN;
   config.threads = variant.threads;
   config.stages = variant.stages;
   config.shared_bytes = variant.shared_bytes;
-  const int m_blocks = (m + 16 * config.m_tiles - 1) / (16 * config.m_tiles);
+  const int m_blocks = (m + config.block_m - 1) / config.block_m;
   config.tiles = m_blocks * (w.n / config.block_n);
   config.iterations = config.tiles * (w.k / kStageK);
 
@@ -699,9 +816,21 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   // stages each so the pipeline fills.
   int blocks = std::min(per_sm * sms, std::max(1, config.iterations / 4));
   if (options.force_blocks > 0) blocks = std::min(options.force_blocks, config.iterations);
+  std::size_t partial_slices = 1;
+  if (options.deterministic) {
+    // A fixed k-split per tile from N, K and the SM count only (never M), about two blocks per SM
+    // for one m-block, each split at least 4 stages long. With splits x tiles blocks, the stream-K
+    // partition below gives block b exactly split b % splits of tile b / splits.
+    const int ipt = w.k / kStageK;
+    const int n_tiles = w.n / config.block_n;
+    const int splits = std::clamp((2 * sms + n_tiles / 2) / n_tiles, 1, std::max(1, ipt / 4));
+    config.splits = splits;
+    blocks = config.tiles * splits;
+    partial_slices = static_cast<std::size_t>(splits);
+  }
   config.blocks = blocks;
   plan.partial_offset = offset;
-  offset = align_up(offset + static_cast<std::size_t>(m) * w.n * sizeof(float));
+  offset = align_up(offset + partial_slices * m * w.n * sizeof(float));
   plan.counters_offset = offset;
   offset = align_up(offset + static_cast<std::size_t>(config.tiles) * sizeof(int));
   plan.workspace_bytes = offset;
@@ -909,13 +1038,15 @@ Status W4A16Gemm::run(StreamHandle stream) {
   params.n = w.n;
   params.k = w.k;
   params.group_size = w.group_size;
-  params.m_blocks = (m + 16 * config_.m_tiles - 1) / (16 * config_.m_tiles);
+  params.m_blocks = (m + config_.block_m - 1) / config_.block_m;
   params.group_divisor = FastDivisor(static_cast<std::uint32_t>(w.group_size));
   params.m_block_divisor = FastDivisor(static_cast<std::uint32_t>(params.m_blocks));
   params.n_blocks = w.n / config_.block_n;
   params.iterations_per_tile = w.k / kStageK;
   params.total_iterations = config_.iterations;
-  const Variant variant = variant_for(w.type, config_.m_tiles, config_.block_n == 4 * kTileN);
+  params.splits = config_.splits;
+  const Variant variant =
+      variant_for(w.type, config_.swapped, config_.m_tiles, config_.block_n == 4 * kTileN);
   variant.function<<<config_.blocks, variant.threads, variant.shared_bytes, stream>>>(params);
   GPUOPT_CUDA_TRY_LAUNCH();
   return ok_status();

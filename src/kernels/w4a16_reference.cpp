@@ -13,8 +13,9 @@ std::string_view activation_type_name(ActivationType type) {
 
 std::string W4A16Config::describe() const {
   if (path == W4A16Path::kDequantCublas) return "dequant+cublas";
-  return fmt::format("mma m{}xn{} {}thr {}st grid{} ({}/SM)", 16 * m_tiles, block_n, threads,
-                     stages, blocks, blocks_per_sm);
+  return fmt::format("mma{} m{}xn{} {}thr {}st grid{} ({}/SM){}", swapped ? "(w.x)" : "", block_m,
+                     block_n, threads, stages, blocks, blocks_per_sm,
+                     splits > 0 ? fmt::format(" deterministic {} splits", splits) : "");
 }
 
 Status check_w4a16_shape(int k, int n, int group_size) {

@@ -89,14 +89,17 @@ enum class W4A16Path { kTensorCore, kDequantCublas };
 // What run() will do; chosen in initialize() from (M, N, K, SM count, occupancy).
 struct W4A16Config {
   W4A16Path path = W4A16Path::kTensorCore;
-  int m_tiles = 1;    // 16-row mma tiles per block (1, 2 or 4)
-  int block_n = 256;  // columns per block tile
+  bool swapped = false;  // weights as the mma A operand, x rows as B (small M)
+  int m_tiles = 1;       // mma tiles of x rows per block (1, 2 or 4): 16 rows, 8 when swapped
+  int block_m = 16;      // x rows per block
+  int block_n = 256;     // columns per block tile
   int threads = 256;
   int stages = 4;
   int blocks = 0;         // stream-K grid
   int blocks_per_sm = 0;  // occupancy
   int tiles = 0;          // output tiles
   int iterations = 0;     // k-stages in total over all tiles
+  int splits = 0;         // deterministic: fixed k-splits per tile; 0 = stream-K with atomics
   std::size_t shared_bytes = 0;
   std::string describe() const;
 };
@@ -104,10 +107,19 @@ struct W4A16Config {
 struct W4A16Options {
   // From this M on, dequantise into a workspace and call cuBLAS; 0 = never.
   int fallback_min_m = 0;
-  // Forces a path for benchmarking both sides (-1 = choose).
+  // Forces a path for tests and benchmarks: -1 = choose, 0 = tensor cores (kernel chosen by M),
+  // 1 = dequantise + cuBLAS, 2 = tensor cores with x rows as the mma A operand, 3 = tensor cores
+  // with the weights as A (the small-M kernel).
   int force_path = -1;
-  // Overrides the stream-K grid (0 = occupancy x SMs).
+  // Overrides the stream-K grid (0 = occupancy x SMs). Ignored when `deterministic`.
   int force_blocks = 0;
+  // true: run() gives bitwise identical results from run to run, and each output row's values do
+  // not depend on M (the same k-split and reduction order for every M; no float atomics). Every
+  // output tile is cut into a fixed number of k-splits chosen from N, K and the SM count only;
+  // each split writes its fp32 partial to the workspace and the last one to finish adds them in
+  // split order. The dequantise + cuBLAS path is never taken (cuBLAS picks kernels by M). May be
+  // slower than the default stream-K schedule, and needs splits x M x N x 4 bytes of workspace.
+  bool deterministic = false;
 };
 
 class W4A16Gemm {

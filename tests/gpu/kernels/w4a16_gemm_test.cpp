@@ -180,6 +180,87 @@ TEST(W4A16GemmGpuFallback, DequantiseAndCublasMatchesTwin) {
   }
 }
 
+// deterministic: two runs bitwise equal, and row r of an M=64 product equals row r of the M=1 and
+// M=16 products of its first rows (same k-split and reduction order whatever M), and the twin.
+TEST(W4A16GemmGpuDeterministic, BitwiseRepeatableAndIndependentOfM) {
+  GPUOPT_REQUIRE_GPU();
+  for (ActivationType type : {ActivationType::kFloat16, ActivationType::kBFloat16}) {
+    for (const auto& shape : {std::pair{4096, 512}, std::pair{1024, 4096}, std::pair{512, 192}}) {
+      const int k = shape.first, n = shape.second;
+      std::random_device seed_source;
+      const std::uint64_t seed = (static_cast<std::uint64_t>(seed_source()) << 32) | seed_source();
+      SCOPED_TRACE(std::string(activation_type_name(type)) + " k" + std::to_string(k) + " n" +
+                   std::to_string(n) + " seed " + std::to_string(seed));
+      const UnpackedLayer layer = random_unpacked_layer(k, n, 128, true, false, seed);
+      auto weights = repack_for_kernel(layer, type);
+      ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+      constexpr int kMaxM = 64;
+      std::mt19937 random(static_cast<unsigned>(seed));
+      std::vector<std::uint16_t> x(static_cast<std::size_t>(kMaxM) * k);
+      for (auto& v : x) {
+        const float value = std::uniform_real_distribution<float>(-1, 1)(random);
+        v = type == ActivationType::kFloat16 ? float_to_fp16_bits(value)
+                                             : float_to_bf16_bits(value);
+      }
+      const std::vector<float> expected = w4a16_reference(*weights, x.data(), kMaxM);
+      Device device;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&device.stream, cudaStreamNonBlocking), cudaSuccess);
+      auto device_weights = W4A16DeviceWeights::upload(*weights, device.stream);
+      ASSERT_TRUE(device_weights.ok()) << device_weights.status().to_string();
+      void* dx = device.allocate(x.size() * 2);
+      ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      std::vector<std::uint16_t> reference_rows;  // from M = kMaxM, first run
+      for (int m : {kMaxM, 1, 16, 33}) {
+        W4A16Options options;
+        options.deterministic = true;
+        options.fallback_min_m = 1;  // must be ignored
+        W4A16Gemm gemm(options);
+        const std::size_t y_bytes = static_cast<std::size_t>(m) * n * 2;
+        void* dy = device.allocate(y_bytes);
+        W4A16Gemm::Arguments arguments{m, dx, dy, &*device_weights};
+        auto workspace_bytes = gemm.workspace_size(arguments);
+        ASSERT_TRUE(workspace_bytes.ok()) << workspace_bytes.status().to_string();
+        void* workspace = device.allocate(*workspace_bytes);
+        ASSERT_TRUE(gemm.initialize(arguments, workspace, device.stream).ok());
+        EXPECT_EQ(gemm.config().path, W4A16Path::kTensorCore);
+        EXPECT_GT(gemm.config().splits, 0) << gemm.config().describe();
+        std::vector<std::uint16_t> first;
+        for (int run = 0; run < 2; ++run) {
+          ASSERT_EQ(cudaMemsetAsync(dy, 0xff, y_bytes, device.stream), cudaSuccess);
+          ASSERT_TRUE(gemm.run(device.stream).ok());
+          std::vector<std::uint16_t> y(static_cast<std::size_t>(m) * n);
+          ASSERT_EQ(cudaMemcpyAsync(y.data(), dy, y_bytes, cudaMemcpyDeviceToHost, device.stream),
+                    cudaSuccess);
+          ASSERT_EQ(cudaStreamSynchronize(device.stream), cudaSuccess);
+          if (run == 0) {
+            first = y;
+          } else {
+            EXPECT_TRUE(y == first)
+                << "M=" << m << ": two runs differ, " << gemm.config().describe();
+          }
+        }
+        if (m == kMaxM) {
+          reference_rows = first;
+          double diff = 0, norm = 0;
+          for (std::size_t i = 0; i < first.size(); ++i) {
+            const float actual = type == ActivationType::kFloat16 ? fp16_bits_to_float(first[i])
+                                                                  : bf16_bits_to_float(first[i]);
+            diff += (actual - expected[i]) * static_cast<double>(actual - expected[i]);
+            norm += static_cast<double>(expected[i]) * expected[i];
+          }
+          EXPECT_LT(std::sqrt(diff / norm), type == ActivationType::kFloat16 ? 1e-3 : 5e-3);
+        } else {
+          std::size_t differing = 0;
+          for (std::size_t i = 0; i < first.size(); ++i) differing += first[i] != reference_rows[i];
+          EXPECT_EQ(differing, 0u)
+              << "rows of M=" << m << " differ from the same rows at M=" << kMaxM << ", "
+              << gemm.config().describe();
+        }
+      }
+    }
+  }
+}
+
 TEST(W4A16GemmGpuRefusal, NamesTheReason) {
   W4A16DeviceWeights fake;
   fake.k = 4096;
