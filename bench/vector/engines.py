@@ -2,8 +2,9 @@
 """Runs one external vector engine on the same data and queries as `gpuopt bench vector`.
 
 `--compare` instead runs, in one go: `gpuopt bench vector` (exact and IVF on the CPU, exporting its
-data and float64 ground truth), then FAISS flat/IVF (same nlist, nprobe and threads) and hnswlib on
-that exported data, each engine `--repeat` times, and prints one table (and JSON with --json-out).
+data and float64 ground truth), then FAISS flat/IVF (same nlist, nprobe and threads), hnswlib,
+embedded Chroma and Qdrant Edge (HNSW at their defaults and at a higher ef) on that exported
+data, each engine `--repeat` times, and prints one table (and JSON with --json-out).
 
 Reads base.npy / queries.npy / truth_ids.npy / truth_distances.npy from --data, builds the
 engine's index, and prints one JSON object: build time, peak RSS, and for each configuration
@@ -119,20 +120,79 @@ def run(args):
             row["param"] = p
             out["configs"].append(row)
     elif engine == "chroma":
+        # Embedded Chroma (PersistentClient in a scratch directory: durable, like gpuopt's store),
+        # HNSW with Chroma's defaults (M 16, ef_construction 100, ef_search 100); each --params
+        # value re-sets ef_search on the built index (0 = leave the default).
+        import shutil
+        import tempfile
         import chromadb
         out["version"] = chromadb.__version__
-        client = chromadb.EphemeralClient()
-        collection = client.create_collection("bench", metadata={"hnsw:space": "l2"})
-        start = time.perf_counter()
-        for s in range(0, len(base), 5000):
-            chunk = base[s:s + 5000]
-            collection.add(ids=[str(i) for i in range(s, s + len(chunk))], embeddings=chunk)
-        out["build_seconds"] = time.perf_counter() - start
-        fn = lambda x: np.array([[int(i) for i in r] for r in
-                                 collection.query(query_embeddings=x, n_results=k)["ids"]])
-        row = measure(fn, fn, base, queries, truth_ids, truth_distances, k, args.single)
-        row["param"] = 0
-        out["configs"].append(row)
+        scratch = tempfile.mkdtemp(prefix="gpuopt-bench-chroma-")
+        try:
+            client = chromadb.PersistentClient(path=scratch)
+            hnsw = {"space": "l2", "num_threads": args.threads}
+            collection = client.create_collection("bench", configuration={"hnsw": hnsw})
+            out["config"] = {"max_neighbors": 16, "ef_construction": 100, "ef_search_default": 100,
+                             "client": "PersistentClient"}
+            batch = min(5000, client.get_max_batch_size())
+            start = time.perf_counter()
+            for s in range(0, len(base), batch):
+                chunk = base[s:s + batch]
+                collection.add(ids=[str(i) for i in range(s, s + len(chunk))], embeddings=chunk)
+            out["build_seconds"] = time.perf_counter() - start
+            fn = lambda x: np.array([[int(i) for i in r] for r in
+                                     collection.query(query_embeddings=x, n_results=k,
+                                                      include=[])["ids"]])
+            for p in params or [0]:
+                if p:
+                    collection.modify(configuration={"hnsw": {"ef_search": p}})
+                row = measure(fn, fn, base, queries, truth_ids, truth_distances, k, args.single)
+                row["param"] = p if p else 100
+                out["configs"].append(row)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    elif engine == "qdrant-edge":
+        # Qdrant Edge (in-process shard, PyPI qdrant-edge-py): Euclid distance, HNSW with Qdrant's
+        # defaults (m 16, ef_construct 100, full_scan_threshold 10000 KB), built by optimize();
+        # each --params value is the search hnsw_ef (0 = Qdrant's default).
+        import shutil
+        import tempfile
+        import qdrant_edge as qe
+        from importlib.metadata import version
+        out["version"] = version("qdrant-edge-py")
+        scratch = tempfile.mkdtemp(prefix="gpuopt-bench-qdrant-")
+        try:
+            config = qe.EdgeConfig(
+                vectors=qe.EdgeVectorParams(size=base.shape[1], distance=qe.Distance.Euclid),
+                hnsw_config=qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10000,
+                                               max_indexing_threads=args.threads),
+                max_search_threads=args.threads)
+            out["config"] = {"m": 16, "ef_construct": 100, "full_scan_threshold_kb": 10000}
+            start = time.perf_counter()
+            shard = qe.EdgeShard.create(os.path.join(scratch, "shard"), config)
+            for s in range(0, len(base), 1000):
+                points = [qe.Point(id=s + i, vector=v) for i, v in
+                          enumerate(base[s:s + 1000].tolist())]
+                shard.update(qe.UpdateOperation.upsert_points(points))
+            shard.optimize()  # builds the HNSW graph: part of the build time
+            out["build_seconds"] = time.perf_counter() - start
+            for p in params or [0]:
+                search = qe.SearchParams(hnsw_ef=p) if p else None
+                request = lambda v: qe.QueryRequest(limit=k, query=qe.Query.Nearest(v),
+                                                    params=search)
+                def batch_fn(x):
+                    found = shard.query_batch(qe.QueryBatchRequest([request(v) for v in x.tolist()]))
+                    return np.array([[int(point.id) for point in r] + [-1] * (k - len(r))
+                                     for r in found])
+                def one_fn(x):
+                    return np.array([[int(point.id) for point in shard.query(request(x[0].tolist()))]])
+                row = measure(batch_fn, one_fn, base, queries, truth_ids, truth_distances, k,
+                              args.single)
+                row["param"] = p
+                out["configs"].append(row)
+            shard.close()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     else:
         raise SystemExit(f"unknown engine {engine}")
     out["peak_rss_mib"] = peak_rss_mib()
@@ -186,7 +246,7 @@ def compare(args):
     report = {"started": started, "load_before": os.getloadavg(), "runs": []}
     table = []
     nprobes = args.nprobe
-    for repeat in range(1, args.repeat + 1):
+    for repeat in range(1, 0 if args.skip_gpuopt else args.repeat + 1):
         command = [args.gpuopt, "bench", "vector", "--json", "--testcase", "exact-cpu,ivf-cpu",
                    "--threads", str(args.threads), "--nlist", str(args.nlist), "--nprobe", nprobes,
                    "--k", str(args.k), "--single", str(args.single), "--export", data_dir]
@@ -206,6 +266,10 @@ def compare(args):
             table.append(dict(row, repeat=repeat))
         print(f"gpuopt run {repeat} done", file=sys.stderr)
     engines = [("faiss-flat", "0"), ("faiss-ivf", nprobes), ("hnswlib", args.ef)]
+    engines += [(name, params) for name, params in (("chroma", args.chroma_ef),
+                                                     ("qdrant-edge", args.qdrant_ef))
+                if name in args.engines.split(",")]
+    engines = [e for e in engines if e[0] in args.engines.split(",")]
     for engine, params in engines:
         for repeat in range(1, args.repeat + 1):
             result = run_engine_process(args, engine, data_dir, params)
@@ -240,7 +304,8 @@ def compare(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engine", help="faiss-flat | faiss-ivf | faiss-hnsw | hnswlib | chroma")
+    parser.add_argument("--engine", help="faiss-flat | faiss-ivf | faiss-hnsw | hnswlib | chroma | "
+                        "qdrant-edge")
     parser.add_argument("--data", help="directory with base/queries/truth .npy")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--params", default="", help="nprobe (IVF) or ef (HNSW) values, comma list")
@@ -260,6 +325,14 @@ def main():
     compare_group.add_argument("--json-out", default="")
     compare_group.add_argument("--nprobe", default="1,2,4,8,16,32,64")
     compare_group.add_argument("--ef", default="10,20,40,80,160")
+    compare_group.add_argument("--engines", default="faiss-flat,faiss-ivf,hnswlib,chroma,qdrant-edge",
+                               help="which other engines to run (comma list)")
+    compare_group.add_argument("--chroma-ef", default="0,400",
+                               help="Chroma ef_search values (0 = its default, 100)")
+    compare_group.add_argument("--qdrant-ef", default="0,400",
+                               help="Qdrant Edge hnsw_ef values (0 = its default)")
+    compare_group.add_argument("--skip-gpuopt", action="store_true",
+                               help="reuse the data already exported in --out/data")
     compare_group.add_argument("--queries", type=int, default=0)
     compare_group.add_argument("--rows", type=int, default=0, help="base rows (0 = all)")
     compare_group.add_argument("--repeat", type=int, default=2)

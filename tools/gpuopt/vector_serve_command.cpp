@@ -1,0 +1,212 @@
+// `gpuopt vector serve|send`: the cross-process ingest server for a store and a client that sends
+// a vector file to it through shared memory (binary protocol, see gpuopt/vector/ingest.hpp).
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "command_registry.hpp"
+#include "gpuopt/vector/ingest.hpp"
+#include "gpuopt/vector/store.hpp"
+#include "gpuopt/vector/vector_file.hpp"
+
+namespace gpuopt::cli {
+namespace {
+
+using nlohmann::json;
+namespace vec = gpuopt::vector;
+
+struct ServeArgs {
+  std::string directory;
+  std::string socket;
+  std::string file;
+  std::string collection = vec::kDefaultCollection;
+  std::size_t batch = 10000;
+  std::size_t limit = 0;
+  long long start_id = -1;
+  bool upsert = false;
+  bool json = false;
+  int timeout_s = 30;
+};
+
+int fail(const ServeArgs& args, const Status& status) {
+  if (args.json) {
+    json error = {
+        {"schema_version", 1},
+        {"error", {{"code", status_code_name(status.code())}, {"message", status.message()}}}};
+    std::printf("%s\n", error.dump().c_str());
+  }
+  std::fprintf(stderr, "gpuopt vector: %s\n", status.to_string().c_str());
+  return kExitErrors;
+}
+
+// The server the signal handler stops (request_stop only writes to a pipe: async-signal-safe).
+std::atomic<vec::IngestServer*> g_server{nullptr};
+
+void stop_on_signal(int) {
+  if (auto* server = g_server.load()) server->request_stop();
+}
+
+// Prints one line per event, flushed, so a caller reading the pipe sees each commit as it lands.
+void emit(bool as_json, const json& event, const std::string& text) {
+  if (as_json) {
+    std::printf("%s\n", event.dump().c_str());
+  } else {
+    std::printf("%s\n", text.c_str());
+  }
+  std::fflush(stdout);
+}
+
+int run_serve(const ServeArgs& args) {
+  auto store = vec::Store::open(args.directory);
+  if (!store.ok()) return fail(args, store.status());
+  std::atomic<std::uint64_t> batches{0}, rows{0}, rejected{0};
+  vec::IngestServerOptions options;
+  options.receive_timeout_s = args.timeout_s;
+  options.on_commit = [&](const vec::IngestRequest& request, std::uint64_t total) {
+    ++batches;
+    rows += request.rows;
+    emit(
+        args.json,
+        {{"event", "committed"},
+         {"collection", request.collection},
+         {"rows", request.rows},
+         {"total", total},
+         {"payload", request.payload == vec::IngestPayload::kShm ? "shm" : "cuda_ipc"}},
+        fmt::format("committed {} rows into {} total {}", request.rows, request.collection, total));
+  };
+  options.on_error = [&](const vec::IngestReply& reply) {
+    ++rejected;
+    emit(args.json,
+         {{"event", "rejected"},
+          {"request_id", reply.request_id},
+          {"code", status_code_name(reply.code)},
+          {"message", reply.message}},
+         fmt::format("rejected request {}: {}: {}", reply.request_id, status_code_name(reply.code),
+                     reply.message));
+  };
+  auto server = vec::IngestServer::start(store->get(), args.socket, options);
+  if (!server.ok()) return fail(args, server.status());
+  g_server = server->get();
+  struct sigaction action {};
+  action.sa_handler = stop_on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  json collections = json::array();
+  for (const auto& name : (*store)->collection_names()) {
+    auto collection = (*store)->collection(name);
+    if (collection.ok()) {
+      collections.push_back(
+          {{"name", name}, {"dim", (*collection)->dim()}, {"count", (*collection)->size()}});
+    }
+  }
+  emit(args.json,
+       {{"schema_version", 1},
+        {"event", "listening"},
+        {"directory", args.directory},
+        {"socket", args.socket},
+        {"collections", collections}},
+       fmt::format("serving {} on {} (Ctrl-C stops)", args.directory, args.socket));
+  Status served = (*server)->serve();
+  g_server = nullptr;
+  server->reset();
+  if (!served.ok()) return fail(args, served);
+  emit(args.json,
+       {{"event", "stopped"},
+        {"batches", batches.load()},
+        {"rows", rows.load()},
+        {"rejected", rejected.load()}},
+       fmt::format("stopped: {} batches, {} rows committed, {} requests rejected", batches.load(),
+                   rows.load(), rejected.load()));
+  return kExitOk;
+}
+
+// Sends a vector file in batches; each printed total was acknowledged after the server's commit.
+int run_send(const ServeArgs& args) {
+  auto file = vec::read_vector_file(args.file, args.limit);
+  if (!file.ok()) return fail(args, file.status());
+  auto client = vec::IngestClient::connect(args.socket, args.timeout_s);
+  if (!client.ok()) return fail(args, client.status());
+  std::uint64_t next_id;
+  if (args.start_id >= 0) {
+    next_id = static_cast<std::uint64_t>(args.start_id);
+  } else {
+    auto count = (*client)->count(args.collection);
+    if (!count.ok()) return fail(args, count.status());
+    next_id = *count;
+  }
+  const std::size_t batch = std::max<std::size_t>(1, args.batch);
+  auto buffer =
+      vec::ShmBuffer::create(std::min(batch, std::max<std::size_t>(1, file->rows)), file->dim);
+  if (!buffer.ok()) return fail(args, buffer.status());
+  std::vector<std::uint64_t> ids;
+  std::uint64_t total = 0;
+  auto start = std::chrono::steady_clock::now();
+  for (std::size_t begin = 0; begin < file->rows; begin += batch) {
+    std::size_t rows = std::min(batch, file->rows - begin);
+    ids.resize(rows);
+    for (std::size_t i = 0; i < rows; ++i) ids[i] = next_id + begin + i;
+    std::copy_n(file->values.data() + begin * file->dim, rows * file->dim, (*buffer)->vectors());
+    auto acknowledged = (*client)->add(args.collection, ids, **buffer, args.upsert);
+    if (!acknowledged.ok()) return fail(args, acknowledged.status().with_context(args.file));
+    total = *acknowledged;
+    emit(args.json, {{"committed", begin + rows}, {"total", total}},
+         fmt::format("committed {} total {}", begin + rows, total));
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double rate = seconds > 0 ? double(file->rows) / seconds : 0;
+  emit(args.json,
+       {{"schema_version", 1},
+        {"file", args.file},
+        {"sent", file->rows},
+        {"total", total},
+        {"seconds", seconds},
+        {"vectors_per_s", rate}},
+       fmt::format("sent {} vectors from {} in {:.3f} s ({:.0f} vectors/s), total {}", file->rows,
+                   args.file, seconds, rate, total));
+  return kExitOk;
+}
+
+// Runs after vector_command.cpp (order 70) has added the `vector` group.
+GPUOPT_REGISTER_COMMAND("", 71, [](CLI::App& parent, int& exit_code) {
+  CLI::App* vector = parent.get_subcommand("vector");
+  {
+    auto args = std::make_shared<ServeArgs>();
+    CLI::App* command = vector->add_subcommand(
+        "serve", "Accept vectors from other processes over a Unix socket (shm or CUDA IPC)");
+    command->add_option("DIR", args->directory, "store directory")->required();
+    command->add_option("--socket", args->socket, "Unix socket path (created with mode 0600)")
+        ->required();
+    command->add_option("--timeout", args->timeout_s,
+                        "seconds a client may stall mid-message (default 30)");
+    command->add_flag("--json", args->json, "one JSON object per event on stdout");
+    command->callback([args, &exit_code] { exit_code = run_serve(*args); });
+  }
+  {
+    auto args = std::make_shared<ServeArgs>();
+    CLI::App* command = vector->add_subcommand(
+        "send", "Send a vector file to `gpuopt vector serve`; prints each acknowledged total");
+    command->add_option("FILE", args->file, "vector file (fvecs, npy or IDX)")->required();
+    command->add_option("--socket", args->socket, "the server's socket")->required();
+    command->add_option("--collection", args->collection, "collection name (default: default)");
+    command->add_option("--batch", args->batch, "vectors per commit (default 10000)");
+    command->add_option("--limit", args->limit, "send at most this many vectors");
+    command->add_option("--start-id", args->start_id,
+                        "id of the first vector (default: the collection's count)");
+    command->add_flag("--upsert", args->upsert, "replace ids that exist instead of failing");
+    command->add_option("--timeout", args->timeout_s,
+                        "seconds to wait for each reply (default 30)");
+    command->add_flag("--json", args->json, "JSON on stdout");
+    command->callback([args, &exit_code] { exit_code = run_send(*args); });
+  }
+});
+
+}  // namespace
+}  // namespace gpuopt::cli
