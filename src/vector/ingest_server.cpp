@@ -270,7 +270,8 @@ void IngestServer::serve_connection(int fd) {
     if (!request.ok()) {
       reply.code = request.status().code();
       reply.message = request.status().message();
-      if (body.size() >= 24) std::memcpy(&reply.request_id, body.data() + 16, 8);
+      // Echo the request id when the header got that far (bytes 24..32).
+      if (body.size() >= 32) std::memcpy(&reply.request_id, body.data() + 24, 8);
       if (state_->options.on_error) state_->options.on_error(reply);
     } else {
       reply = handle(*request);
