@@ -93,7 +93,7 @@ double llm_decode_step_flops(const LlmConfig& c, int batch, int context) {
 }
 
 int llm_scale_exponent(int k) {
-  return static_cast<int>(std::lround(std::log2(1.0 / (47.5 * std::sqrt(21.5 * k)))));
+  return static_cast<int>(std::lround(std::log2(1.0 / (47.5 * std::sqrt(17.5 * k)))));
 }
 
 float llm_projection_scale(int hidden) { return static_cast<float>(std::sqrt(3.0 / hidden)); }

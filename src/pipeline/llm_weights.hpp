@@ -46,10 +46,16 @@ GPUOPT_LLM_HD inline std::uint32_t llm_hash32(std::uint64_t seed, std::uint32_t 
       llm_mix64(llm_mix64(seed ^ (std::uint64_t{stream} << 32)) + index) >> 32);
 }
 
-// Tile word `index` of matrix `id`: eight random nibbles (symmetric int4, zero 8, so q in -8..7).
+// Tile word `index` of matrix `id`: eight random nibbles, symmetric int4 (zero 8). Nibble 0
+// (q = -8) becomes 8 (q = 0), so q is -7..7 with 0 twice as likely: mean exactly 0. A mean of
+// -0.5 would turn any common offset of the activations into an offset ~sqrt(K)/8 times larger at
+// the output, and through the layers every hidden state would collapse onto one direction.
 GPUOPT_LLM_HD inline std::uint32_t llm_tile_word(std::uint64_t seed, std::uint32_t id,
                                                  std::uint64_t index) {
-  return llm_hash32(seed, id * 2u, index);
+  const std::uint32_t w = llm_hash32(seed, id * 2u, index);
+  std::uint32_t any = w | (w >> 1);
+  any |= any >> 2;  // bit 4j: OR of nibble j's four bits
+  return w | ((~any & 0x11111111u) << 3);
 }
 // Scale `index` of matrix `id` as fp16 bits: m·2^exponent with m uniform in 32..63, so the value
 // is exact in fp16 and host and device agree bit for bit without any float rounding.
@@ -59,8 +65,8 @@ GPUOPT_LLM_HD inline std::uint16_t llm_scale_bits(std::uint64_t seed, std::uint3
   // m·2^e = (m/32)·2^(e+5): biased exponent e+5+15, mantissa (m-32) in its top 5 bits.
   return static_cast<std::uint16_t>(((exponent + 20) << 10) | ((m - 32u) << 5));
 }
-// Scale exponent for a K-row matrix: the int4 values -8..7 have mean square 21.5, so
-// scale ≈ 1/sqrt(21.5·K) keeps each output's variance near its input's (mean m is 47.5).
+// Scale exponent for a K-row matrix: the int4 values above have mean square 280/16 = 17.5, so
+// scale ≈ 1/sqrt(17.5·K) keeps each output's variance near its input's (mean m is 47.5).
 int llm_scale_exponent(int k);
 
 // Token embedding element: (h mod 2048 − 1024)/1024 in [−1, 1), exact in fp16.

@@ -66,11 +66,26 @@ TEST(LlmWeights, ScalesAreExactFp16OfTheIntendedSize) {
       ASSERT_LE(m, 63);
       mean += value / 4096.0;
     }
-    // Target 1/sqrt(21.5 K) within the factor √2 a power-of-two exponent allows.
-    const double target = 1.0 / std::sqrt(21.5 * k);
+    // Target 1/sqrt(17.5 K) within the factor √2 a power-of-two exponent allows.
+    const double target = 1.0 / std::sqrt(17.5 * k);
     EXPECT_GT(mean, target / 1.5) << k;
     EXPECT_LT(mean, target * 1.5) << k;
   }
+  // Nibbles: never 0 (q = -8), symmetric q = nibble - 8 has mean 0 and mean square 17.5.
+  std::vector<int> histogram(16, 0);
+  for (std::uint64_t i = 0; i < 20000; ++i) {
+    const std::uint32_t w = llm_tile_word(5, 9, i);
+    for (int p = 0; p < 8; ++p) ++histogram[(w >> (4 * p)) & 15u];
+  }
+  EXPECT_EQ(histogram[0], 0);
+  double mean = 0, square = 0;
+  for (int v = 0; v < 16; ++v) {
+    mean += (v - 8) * histogram[v] / 160000.0;
+    square += (v - 8) * (v - 8) * histogram[v] / 160000.0;
+  }
+  EXPECT_NEAR(mean, 0.0, 0.05);
+  EXPECT_NEAR(square, 17.5, 0.3);
+  EXPECT_GT(histogram[8], histogram[7] * 1.8);  // 0 and 8 both land on 8
   // Different tensors and seeds give different words.
   EXPECT_NE(llm_tile_word(1, 0, 5), llm_tile_word(1, 1, 5));
   EXPECT_NE(llm_tile_word(1, 0, 5), llm_tile_word(2, 0, 5));
