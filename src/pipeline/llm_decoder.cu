@@ -489,11 +489,11 @@ class CudaLlmDecoder final : public LlmDecoder {
     llm_rope_table(c.max_context, c.head_dim, c.rope_theta, cos_table, sin_table);
     GPUOPT_RETURN_IF_ERROR(allocate(rope_cos_, cos_table.size()));
     GPUOPT_RETURN_IF_ERROR(allocate(rope_sin_, sin_table.size()));
-    // Synchronous copies: the host vectors die with this function.
-    GPUOPT_CUDA_TRY(cudaMemcpy(rope_cos_, cos_table.data(), cos_table.size() * sizeof(float),
-                               cudaMemcpyHostToDevice));
-    GPUOPT_CUDA_TRY(cudaMemcpy(rope_sin_, sin_table.data(), sin_table.size() * sizeof(float),
-                               cudaMemcpyHostToDevice));
+    GPUOPT_CUDA_TRY(cudaMemcpyAsync(rope_cos_, cos_table.data(), cos_table.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream));
+    GPUOPT_CUDA_TRY(cudaMemcpyAsync(rope_sin_, sin_table.data(), sin_table.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream));
+    GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));  // the host tables die with this function
 
     for (int l = 0; l < c.layers; ++l) {
       GPUOPT_RETURN_IF_ERROR(add_matrix(llm_matrix_id(l, LlmMatrixKind::kQkv), c.hidden, qkv_n,
