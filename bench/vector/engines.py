@@ -121,8 +121,10 @@ def run(args):
             out["configs"].append(row)
     elif engine == "chroma":
         # Embedded Chroma (PersistentClient in a scratch directory: durable, like gpuopt's store),
-        # HNSW with Chroma's defaults (M 16, ef_construction 100, ef_search 100); each --params
-        # value re-sets ef_search on the built index (0 = leave the default).
+        # HNSW with Chroma's defaults (M 16, ef_construction 100, ef_search 100). ef_search only
+        # takes effect when the collection is created (collection.modify() leaves the loaded index
+        # as it was, checked with chromadb 1.5.9), so each --params value builds its own
+        # collection (0 = the default); each row carries its own build time.
         import shutil
         import tempfile
         import chromadb
@@ -130,25 +132,29 @@ def run(args):
         scratch = tempfile.mkdtemp(prefix="gpuopt-bench-chroma-")
         try:
             client = chromadb.PersistentClient(path=scratch)
-            hnsw = {"space": "l2", "num_threads": args.threads}
-            collection = client.create_collection("bench", configuration={"hnsw": hnsw})
             out["config"] = {"max_neighbors": 16, "ef_construction": 100, "ef_search_default": 100,
                              "client": "PersistentClient"}
             batch = min(5000, client.get_max_batch_size())
-            start = time.perf_counter()
-            for s in range(0, len(base), batch):
-                chunk = base[s:s + batch]
-                collection.add(ids=[str(i) for i in range(s, s + len(chunk))], embeddings=chunk)
-            out["build_seconds"] = time.perf_counter() - start
-            fn = lambda x: np.array([[int(i) for i in r] for r in
-                                     collection.query(query_embeddings=x, n_results=k,
-                                                      include=[])["ids"]])
             for p in params or [0]:
+                hnsw = {"space": "l2", "num_threads": args.threads}
                 if p:
-                    collection.modify(configuration={"hnsw": {"ef_search": p}})
+                    hnsw["ef_search"] = p
+                collection = client.create_collection(f"bench-{p}", configuration={"hnsw": hnsw})
+                start = time.perf_counter()
+                for s in range(0, len(base), batch):
+                    chunk = base[s:s + batch]
+                    collection.add(ids=[str(i) for i in range(s, s + len(chunk))],
+                                   embeddings=chunk)
+                build_seconds = time.perf_counter() - start
+                out.setdefault("build_seconds", build_seconds)
+                fn = lambda x: np.array([[int(i) for i in r] for r in
+                                         collection.query(query_embeddings=x, n_results=k,
+                                                          include=[])["ids"]])
                 row = measure(fn, fn, base, queries, truth_ids, truth_distances, k, args.single)
                 row["param"] = p if p else 100
+                row["build_seconds"] = build_seconds
                 out["configs"].append(row)
+                client.delete_collection(f"bench-{p}")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     elif engine == "qdrant-edge":
@@ -276,7 +282,8 @@ def compare(args):
             report["runs"].append({"engine": engine, "repeat": repeat, "result": result})
             for c in result.get("configs", []):
                 table.append(dict(c, engine=engine, repeat=repeat,
-                                  build_seconds=result.get("build_seconds"),
+                                  build_seconds=c.get("build_seconds",
+                                                      result.get("build_seconds")),
                                   peak_rss_mib=result.get("peak_rss_mib"),
                                   version=result.get("version")))
             if "configs" not in result:
