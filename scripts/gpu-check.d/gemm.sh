@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # W4A16 GEMM vs cuBLAS fp16 (gpuopt bench gemm --quick): JSON to $OUT/gemm.json, then one RESULT
-# line per shape with the speedup at M=1, 16, 64 and the minimum over M = 1..256.
+# line per shape with the speedup at M=1, 16, 64 and the minimum over M = 1..256; then the
+# deterministic mode (W4A16Options::deterministic) at M = 1, 16 on one shape.
 set -uo pipefail
 out="${OUT:-.}"
 bin="${GPUOPT_BIN:-./build/tools/gpuopt}"
@@ -24,5 +25,19 @@ for case in data.get("testcases", []):
     print(f"RESULT: {case['key']} x cuBLAS M1 {s.get(1, 0):.2f} M16 {s.get(16, 0):.2f} "
           f"M64 {s.get(64, 0):.2f} min {d['min_speedup_vs_cublas_fp16']:.2f} "
           f"(M1 {us.get(1, 0):.1f} us)" + ("" if met is None else f" targets {'met' if met else 'MISSED'}"))
+PY
+GPUOPT_GEMM_M=1,16 GPUOPT_GEMM_DETERMINISTIC=1 "$bin/gpuopt" bench gemm --quick --json \
+  --only k8192_n28672 >"$out/gemm_deterministic.json" 2>>"$out/gemm.stderr"
+python3 - "$out/gemm_deterministic.json" <<'PY'
+import json, sys
+try:
+    data = json.load(open(sys.argv[1]))
+except Exception as error:
+    print(f"RESULT: gemm deterministic no JSON ({error})")
+    sys.exit(0)
+for case in data.get("testcases", []):
+    rows = (case.get("data") or {}).get("rows", [])
+    print(f"RESULT: {case.get('key')} deterministic " + " ".join(
+        f"M{r['m']} {r['gpuopt_fp16_us']:.1f} us ({r['speedup_vs_cublas_fp16']:.2f}x)" for r in rows))
 PY
 exit $rc

@@ -129,6 +129,15 @@ __device__ __forceinline__ __nv_bfloat162 float2_to_pair<__nv_bfloat16>(float a,
   return __floats2bfloat162_rn(a, b);
 }
 template <typename T>
+__device__ __forceinline__ float bits_to_float(std::uint32_t bits) {
+  const unsigned short raw = static_cast<unsigned short>(bits);
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(__ushort_as_half(raw));
+  } else {
+    return __bfloat162float(__ushort_as_bfloat16(raw));
+  }
+}
+template <typename T>
 __device__ __forceinline__ T float_to_value(float a) {
   if constexpr (std::is_same_v<T, __half>) {
     return __float2half_rn(a);
@@ -330,6 +339,28 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
   std::uint32_t zero_pairs[8];
   Pair zero_pairs_high[8];  // fp16 only: -(64 + zero), for nibbles read at 16x (see below)
   int current_group = -1;
+  // Swapped kernel: the mma takes the exact (q - zero) and the scale is applied in fp32 once per
+  // group (16 FFMA per group instead of 16 HMUL2 per k16 tile), so the group's sums are kept
+  // apart in group_accumulators until the group ends.
+  float scales_f32[8];
+  float group_accumulators[kSwap ? G::kAccumulators : 1];
+  if constexpr (kSwap) {
+#pragma unroll
+    for (int i = 0; i < G::kAccumulators; ++i) group_accumulators[i] = 0.0f;
+  }
+  // accumulators += scale * group_accumulators; group_accumulators = 0. Element (tt, w, e) is
+  // column 16w + 8(e/2) + g, whose scale is scales_f32[2w + e/2].
+  auto apply_group = [&]() {
+    if constexpr (kSwap) {
+#pragma unroll
+      for (int i = 0; i < G::kAccumulators; ++i) {
+        const int w = (i / 4) % 4;
+        const int e = i % 4;
+        accumulators[i] = fmaf(scales_f32[2 * w + e / 2], group_accumulators[i], accumulators[i]);
+        group_accumulators[i] = 0.0f;
+      }
+    }
+  };
   const int lane_group = lane / 4;  // the B-fragment column within each n8 tile
 
   auto compute_stage = [&](int kk, int slot) {
@@ -377,6 +408,7 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
       const int kt = warp_k * G::kTilesPerWarp + i;
       const int group = one_group ? first_group : params.group_divisor.divide(k0 + kt * kTileK);
       if (group != current_group) {
+        if (kSwap && current_group >= 0) apply_group();
         current_group = group;
         const int row = group - first_group;
         const uint4 s = *reinterpret_cast<const uint4*>(scales + row * G::kBlockN +
@@ -385,7 +417,11 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const std::uint32_t half_bits = (s_words[j / 2] >> (16 * (j % 2))) & 0xffffu;
-          scale_pairs[j] = as_pair<Pair>(half_bits | (half_bits << 16));
+          if constexpr (kSwap) {
+            scales_f32[j] = bits_to_float<T>(half_bits);
+          } else {
+            scale_pairs[j] = as_pair<Pair>(half_bits | (half_bits << 16));
+          }
         }
         if (params.zeros != nullptr) {
           const uint2 z = *reinterpret_cast<const uint2*>(zeros + row * G::kBlockN +
@@ -421,10 +457,15 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
             const std::uint32_t word = words[w] >> (8 * half);
             const Pair low = as_pair<Pair>(and_or(word, 0x000f000fu, TypeTraits<T>::kMagic));
             const Pair high = as_pair<Pair>(and_or(word, 0x00f000f0u, TypeTraits<T>::kMagic));
-            b[2 * half] =
-                as_bits(__hmul2(__hsub2(low, as_pair<Pair>(zero_pairs[j])), scale_pairs[j]));
-            b[2 * half + 1] =
-                as_bits(__hmul2(__hfma2(high, one_sixteenth, zero_pairs_high[j]), scale_pairs[j]));
+            const Pair low_value = __hsub2(low, as_pair<Pair>(zero_pairs[j]));
+            const Pair high_value = __hfma2(high, one_sixteenth, zero_pairs_high[j]);
+            if constexpr (kSwap) {
+              b[2 * half] = as_bits(low_value);
+              b[2 * half + 1] = as_bits(high_value);
+            } else {
+              b[2 * half] = as_bits(__hmul2(low_value, scale_pairs[j]));
+              b[2 * half + 1] = as_bits(__hmul2(high_value, scale_pairs[j]));
+            }
           }
         } else {
 #pragma unroll
@@ -433,7 +474,8 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
             const Pair raw =
                 as_pair<Pair>(and_or(words[w] >> (4 * s), 0x000f000fu, TypeTraits<T>::kMagic));
             // (magic + q) - (magic + zero) is exact; one rounding in the scale multiply.
-            b[s] = as_bits(__hmul2(__hsub2(raw, as_pair<Pair>(zero_pairs[j])), scale_pairs[j]));
+            const Pair value = __hsub2(raw, as_pair<Pair>(zero_pairs[j]));
+            b[s] = kSwap ? as_bits(value) : as_bits(__hmul2(value, scale_pairs[j]));
           }
         }
         // b = {b0(2w), b1(2w), b0(2w+1), b1(2w+1)}.
@@ -441,7 +483,7 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
           const std::uint32_t a[4] = {b[0], b[2], b[1], b[3]};
 #pragma unroll
           for (int tt = 0; tt < kMTiles; ++tt) {
-            mma_16816<T>(accumulators + (tt * 4 + w) * 4, a, x_fragments[i][2 * tt],
+            mma_16816<T>(group_accumulators + (tt * 4 + w) * 4, a, x_fragments[i][2 * tt],
                          x_fragments[i][2 * tt + 1]);
           }
         } else {
@@ -464,6 +506,7 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
     const int tile = p.tile;
     const int n_block = p.n_block;
     const int m_block = p.m_block;
+    if (kSwap && current_group >= 0) apply_group();
     if constexpr (kWarpsK > 1) {
       if (warp_k > 0) {
         float* mine = reduction + ((warp_k - 1) * kWarpsN + warp_n) * 32 * G::kAccumulators;
@@ -702,14 +745,16 @@ Variant make_variant() {
 }
 
 // x-rows kernel: stages per m-tile count, 2 blocks/SM fit for 1-2 m-tiles, one deep pipeline
-// for 4. Swapped (weights as A) kernel for small M: 8, 16 or 32 rows a block, 2 blocks/SM up to
-// 16 rows, and at most ~97 KB of shared memory up to 16 rows so that sm_86/89 can run it too.
+// for 4. Swapped (weights as A) kernel for small M: 8, 16 or 32 rows a block, and at most ~97 KB
+// of shared memory up to 16 rows so that sm_86/89 can run it too.
 template <typename T>
 Variant select_variant(bool swapped, int m_tiles, bool wide) {
   if (swapped) {
     if (wide) {
-      if (m_tiles == 1) return make_variant<T, true, 4, 2, 1, 7, 2>();
-      if (m_tiles == 2) return make_variant<T, true, 4, 2, 2, 6, 2>();
+      // 4 warps, each all four k16 tiles of a stage (the per-stage work amortised over 4 tiles),
+      // 4 blocks (16 warps) per SM with 3 stages in flight each.
+      if (m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4>();
+      if (m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3>();
       return make_variant<T, true, 4, 2, 4, 6, 1>();
     }
     if (m_tiles == 1) return make_variant<T, true, 1, 4, 1, 7, 2>();
@@ -960,10 +1005,29 @@ Status W4A16Gemm::initialize(const Arguments& arguments, void* workspace, Stream
     unsigned char* base = static_cast<unsigned char*>(workspace);
     GPUOPT_CUDA_TRY(cudaMemsetAsync(base + plan.partial_offset, 0,
                                     plan.workspace_bytes - plan.partial_offset, stream));
-  } else if (cublas_ == nullptr) {
-    cublasHandle_t handle = nullptr;
-    GPUOPT_RETURN_IF_ERROR(cublas_status(cublasCreate(&handle), "cublasCreate"));
-    cublas_ = handle;
+  } else {
+    if (cublas_ == nullptr) {
+      cublasHandle_t handle = nullptr;
+      GPUOPT_RETURN_IF_ERROR(cublas_status(cublasCreate(&handle), "cublasCreate"));
+      cublas_ = handle;
+    }
+    // The weights never change after upload, so they are dequantised once, here; run() is then
+    // cuBLAS alone (plus the act-order permute). This costs a dense N x K copy in the workspace.
+    const W4A16DeviceWeights& w = *arguments.weights;
+    void* dense = static_cast<unsigned char*>(workspace) + plan.dense_offset;
+    const std::size_t chunks = static_cast<std::size_t>(w.n / kTileN) * (w.k / kTileK) * 32;
+    const int blocks = static_cast<int>(std::min<std::size_t>(65536, (chunks + 255) / 256));
+    const auto* tiles = static_cast<const uint4*>(w.tiles);
+    const auto* scales = static_cast<const std::uint16_t*>(w.scales);
+    const auto* zeros = static_cast<const std::uint8_t*>(w.zeros);
+    if (w.type == ActivationType::kFloat16) {
+      k_w4a16_dequantize<<<blocks, 256, 0, stream>>>(
+          tiles, scales, zeros, static_cast<__half*>(dense), w.n, w.k, w.group_size);
+    } else {
+      k_w4a16_dequantize<<<blocks, 256, 0, stream>>>(
+          tiles, scales, zeros, static_cast<__nv_bfloat16*>(dense), w.n, w.k, w.group_size);
+    }
+    GPUOPT_CUDA_TRY_LAUNCH();
   }
   plan_offsets_[0] = plan.partial_offset;
   plan_offsets_[1] = plan.counters_offset;
@@ -1002,20 +1066,8 @@ Status W4A16Gemm::run(StreamHandle stream) {
     x = permuted;
   }
   if (config_.path == W4A16Path::kDequantCublas) {
-    void* dense = base + plan_offsets_[3];
-    const std::size_t chunks = static_cast<std::size_t>(w.n / kTileN) * (w.k / kTileK) * 32;
-    const int blocks = static_cast<int>(std::min<std::size_t>(65536, (chunks + 255) / 256));
-    const auto* tiles = static_cast<const uint4*>(w.tiles);
-    const auto* scales = static_cast<const std::uint16_t*>(w.scales);
-    const auto* zeros = static_cast<const std::uint8_t*>(w.zeros);
-    if (w.type == ActivationType::kFloat16) {
-      k_w4a16_dequantize<<<blocks, 256, 0, stream>>>(
-          tiles, scales, zeros, static_cast<__half*>(dense), w.n, w.k, w.group_size);
-    } else {
-      k_w4a16_dequantize<<<blocks, 256, 0, stream>>>(
-          tiles, scales, zeros, static_cast<__nv_bfloat16*>(dense), w.n, w.k, w.group_size);
-    }
-    GPUOPT_CUDA_TRY_LAUNCH();
+    // The dense weight was written once by initialize().
+    const void* dense = base + plan_offsets_[3];
     cublasHandle_t handle = static_cast<cublasHandle_t>(cublas_);
     GPUOPT_RETURN_IF_ERROR(cublas_status(cublasSetStream(handle, stream), "cublasSetStream"));
     const float alpha = 1.0f, beta = 0.0f;

@@ -105,7 +105,9 @@ struct W4A16Config {
 };
 
 struct W4A16Options {
-  // From this M on, dequantise into a workspace and call cuBLAS; 0 = never.
+  // From this M on, run cuBLAS on a dense fp16/bf16 copy of the weight that initialize() writes
+  // into the workspace (N x K x 2 bytes: the int4 memory saving is lost for this W4A16Gemm);
+  // 0 = never. The int4 kernel is slower than cuBLAS from about M = 32 (docs/w4a16-gemm.md).
   int fallback_min_m = 0;
   // Forces a path for tests and benchmarks: -1 = choose, 0 = tensor cores (kernel chosen by M),
   // 1 = dequantise + cuBLAS, 2 = tensor cores with x rows as the mma A operand, 3 = tensor cores

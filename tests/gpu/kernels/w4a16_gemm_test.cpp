@@ -42,7 +42,9 @@ std::string case_name(const Case& c) {
   return std::string(activation_type_name(c.type)) + "_" + c.format.name + "_g" +
          (c.group_size < 0 ? std::string("channel") : std::to_string(c.group_size)) + "_m" +
          std::to_string(c.m) + "_k" + std::to_string(c.k) + "_n" + std::to_string(c.n) +
-         (c.options.force_path == 1 ? "_cublas" : "") +
+         (c.options.force_path == 1  ? "_cublas"
+          : c.options.force_path > 1 ? "_path" + std::to_string(c.options.force_path)
+                                     : "") +
          (c.options.force_blocks > 0 ? "_grid" + std::to_string(c.options.force_blocks) : "");
 }
 
@@ -168,6 +170,20 @@ TEST(W4A16GemmGpuStreamK, SplitTilesAcrossBlocksAndRunsTwice) {
     }
   }
   check_case({ActivationType::kBFloat16, kFormats[3], 64, 5, 4096, 1024, {}}, 3);
+}
+
+// Each tensor-core kernel outside the M range it is chosen for: the swapped (weights-as-A)
+// kernel with 32-row blocks and several m-blocks, the x-rows kernel at small M.
+TEST(W4A16GemmGpuKernels, BothKernelFamiliesAtAnyM) {
+  GPUOPT_REQUIRE_GPU();
+  for (int path : {2, 3}) {
+    for (int m : {1, 9, 29, 70}) {
+      W4A16Options options;
+      options.force_path = path;
+      check_case({ActivationType::kFloat16, kFormats[1], 32, m, 1024, 512, options}, 2);
+      check_case({ActivationType::kBFloat16, kFormats[2], 64, m, 512, 320, options});
+    }
+  }
 }
 
 TEST(W4A16GemmGpuFallback, DequantiseAndCublasMatchesTwin) {
