@@ -379,7 +379,7 @@ class CaseEngine {
     GPUOPT_RETURN_IF_ERROR(stream_.synchronize());
     vector::GpuSearchOptions search;
     search.k = static_cast<std::size_t>(options.retrieve_k);
-    GPUOPT_RETURN_IF_ERROR(archive_->search(h_embeddings_, 1, search, stream_.handle()).status());
+    GPUOPT_RETURN_IF_ERROR(archive_->search(past.data(), 1, search, stream_.handle()).status());
     return ok_status();
   }
 
@@ -432,9 +432,10 @@ class CaseEngine {
                                     static_cast<std::size_t>(batch) * embed_dim_ * 4,
                                     cudaMemcpyDeviceToHost, stream));
     GPUOPT_RETURN_IF_ERROR(events_[2].record(stream_));
+    // The queries must be on the host before search() reads them.
+    GPUOPT_RETURN_IF_ERROR(events_[2].synchronize());
     vector::GpuSearchOptions search;
     search.k = static_cast<std::size_t>(options_.retrieve_k);
-    // search() waits for the stream (so the queries copied above are on the host) and returns.
     GPUOPT_ASSIGN_OR_RETURN(
         auto hits, archive_->search(h_embeddings_, requests.size(), search, stream_.handle()));
     GPUOPT_RETURN_IF_ERROR(events_[3].record(stream_));

@@ -2,12 +2,19 @@
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
 #include <random>
 
 #include "common/test_support.hpp"
 #include "gpuopt/pipeline/convnet.hpp"
+#include "gpuopt/pipeline/llm.hpp"
+#include "gpuopt/pipeline/pipeline.hpp"
 #include "gpuopt/pipeline/preprocess.hpp"
 #include "gpuopt/runtime/stream.hpp"
 
@@ -150,6 +157,126 @@ TEST(ConvNetGpu, FullNetworksRunAndStayFinite) {
     EXPECT_GT(nonzero, out.size() / 10);  // activations neither died nor exploded
     cudaFree(input_device);
   }
+}
+
+std::map<std::uint64_t, FrameRecord> read_records(const std::filesystem::path& dir) {
+  std::map<std::uint64_t, FrameRecord> records;
+  std::ifstream lines(dir / "frames.jsonl");
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto record = frame_record_from_json(nlohmann::json::parse(line));
+    EXPECT_TRUE(record.ok()) << record.status().to_string();
+    if (record.ok()) records[record->sequence] = *record;
+  }
+  return records;
+}
+
+// The whole scenario, short, with the tiny LLM: both modes must give the same per-frame results
+// (vision words, instruction tokens, retrieved cases), every frame must be written, and the
+// tokens and retrieved ids must match the CPU twins (the LLM reference and brute-force search of
+// the seeded archive is too slow for every frame, so a sample is checked).
+TEST(PipelineGpu, BothModesSameResultsAndMatchCpuTwins) {
+  GPUOPT_REQUIRE_GPU();
+  const auto root = std::filesystem::temp_directory_path() /
+                    ("gpuopt-pipeline-gpu-test-" + std::to_string(std::random_device{}()));
+  PipelineOptions options;
+  options.cameras = 3;
+  options.fps = 10;
+  options.seconds = 2;  // 60 frames
+  options.llm_model = "tiny";
+  options.llm_max_batch = 8;
+  options.archive_cases = 3000;
+  options.overlay_every = 20;
+  options.seed = std::random_device{}();
+  std::map<std::uint64_t, FrameRecord> by_mode[2];
+  std::uint64_t checksums[2] = {1, 2};
+  for (int m = 0; m < 2; ++m) {
+    options.mode = m == 0 ? PipelineMode::kBaseline : PipelineMode::kOptimized;
+    options.output_dir = (root / std::string(mode_name(options.mode))).string();
+    auto result = run_pipeline(options);
+    ASSERT_TRUE(result.ok()) << result.status().to_string();
+    EXPECT_EQ(result->frames, 60u);
+    EXPECT_EQ(result->records_written, 60u);
+    EXPECT_EQ(result->overlays_written, 3u);
+    EXPECT_EQ(result->cases_added, result->llm_requests);
+    EXPECT_EQ(result->llm_requests, result->frames_with_detections);
+    checksums[m] = result->checksum;
+    by_mode[m] = read_records(options.output_dir);
+    ASSERT_EQ(by_mode[m].size(), 60u);
+    if (m == 0) {
+      EXPECT_EQ(result->llm_batches, result->llm_requests);  // baseline decodes one at a time
+    } else {
+      EXPECT_LE(result->llm_batches, result->llm_requests);
+      std::cout << "graphs: " << (result->graphs_used ? "used" : result->graphs_note)
+                << "; trace: " << result->trace_note << "\n";
+    }
+    std::cout << mode_name(options.mode) << ": " << result->frames_with_detections
+              << " frames with detections, " << result->llm_batches << " LLM batches\n";
+  }
+  EXPECT_EQ(checksums[0], checksums[1]);
+  std::vector<std::uint32_t> words[2];
+  for (int m = 0; m < 2; ++m) {
+    for (const auto& [sequence, record] : by_mode[m]) {
+      auto w = checksum_words(record);
+      words[m].insert(words[m].end(), w.begin(), w.end());
+    }
+  }
+  EXPECT_EQ(words[0], words[1]);
+
+  // CPU twins on a sample of frames with detections.
+  const LlmConfig config = tiny_llm();
+  const auto archive = seeded_past_cases(options.archive_cases, config.embed_dim, options.seed);
+  int checked = 0;
+  for (const auto& [sequence, record] : by_mode[1]) {
+    if (record.prompt.empty() || checked >= 4) continue;
+    EXPECT_EQ(record.tokens.size(), static_cast<std::size_t>(options.new_tokens));
+    auto prompt = derive_prompt(record.camera, record.vision, config.vocab);
+    ASSERT_TRUE(prompt.ok());
+    EXPECT_TRUE(std::equal(prompt->begin(), prompt->end(), record.prompt.begin()));
+    LlmConfig seeded = config;
+    seeded.seed = options.seed;
+    seeded.max_batch = options.llm_max_batch;
+    auto twin = llm_generate_reference(seeded, record.prompt, 1, kPromptTokens, options.new_tokens,
+                                       &record.tokens);
+    ASSERT_TRUE(twin.ok()) << twin.status().to_string();
+    // Follow the GPU's tokens; where the twin's own choice was clear, it must agree.
+    for (int t = 0; t < options.new_tokens; ++t) {
+      if (twin->top2_margin[t] > 1e-2f) EXPECT_EQ(twin->tokens[t], record.tokens[t]) << t;
+    }
+    // Retrieval: brute force over the archive with the twin's embedding.
+    std::vector<std::pair<double, std::uint64_t>> all;
+    for (std::size_t row = 0; row < options.archive_cases; ++row) {
+      double d = 0;
+      for (int i = 0; i < config.embed_dim; ++i) {
+        double diff = double(twin->embeddings[i]) - archive[row * config.embed_dim + i];
+        d += diff * diff;
+      }
+      all.push_back({d, row});
+    }
+    std::partial_sort(all.begin(), all.begin() + options.retrieve_k + 1, all.end());
+    ASSERT_EQ(record.retrieved.size(), static_cast<std::size_t>(options.retrieve_k));
+    for (int i = 0; i < options.retrieve_k; ++i) {
+      // Rank i is only pinned down when its distance stands clear of both neighbours' (the GPU's
+      // embedding and the twin's differ by rounding).
+      const double tolerance = 5e-3;
+      const bool clear = all[i + 1].first - all[i].first > tolerance &&
+                         (i == 0 || all[i].first - all[i - 1].first > tolerance);
+      if (clear) {
+        EXPECT_EQ(record.retrieved[i], all[i].second) << "rank " << i;
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no frame had detections: the LLM path was not exercised";
+  std::filesystem::remove_all(root);
+}
+
+TEST(PipelineGpu, RejectsBadOptionsBeforeTouchingTheDevice) {
+  PipelineOptions options;
+  options.llm_model = "nope";
+  auto result = run_pipeline(options);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
