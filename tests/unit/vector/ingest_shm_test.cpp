@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -71,7 +72,10 @@ class ServerFixture : public ::testing::Test {
     socket_ = dir_.path() / "ingest.sock";
     IngestServerOptions options;
     options.receive_timeout_s = 5;
-    options.on_error = [this](const IngestReply& reply) { errors_.push_back(reply.message); };
+    options.on_error = [this](const IngestReply& reply) {
+      std::lock_guard lock(errors_mutex_);  // called on the server's connection threads
+      errors_.push_back(reply.message);
+    };
     auto server = IngestServer::start(store_.get(), socket_, options);
     ASSERT_TRUE(server.ok()) << server.status().to_string();
     server_ = std::move(*server);
@@ -95,6 +99,7 @@ class ServerFixture : public ::testing::Test {
   std::unique_ptr<IngestServer> server_;
   std::thread thread_;
   Status served_;
+  std::mutex errors_mutex_;
   std::vector<std::string> errors_;
 };
 
@@ -218,6 +223,7 @@ TEST_F(ServerFixture, RejectsBadShmAndBadBatchesWithClearErrors) {
   auto counted = client->count("default");
   ASSERT_TRUE(counted.ok()) << counted.status().to_string();
   EXPECT_EQ(*counted, 4u);
+  std::lock_guard lock(errors_mutex_);
   EXPECT_GE(errors_.size(), 9u);
 }
 
