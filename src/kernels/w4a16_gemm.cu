@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
@@ -146,6 +147,79 @@ __device__ __forceinline__ T float_to_value(float a) {
   }
 }
 
+// ---- Hopper bulk copies (cp.async.bulk + mbarrier): one lane per contiguous chunk ----
+
+// Used only by the sm_90 code below; unused (and so marked) when compiling for older archs.
+__device__ __forceinline__ __attribute__((unused)) std::uint32_t shared_address(
+    const void* pointer) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+__device__ __forceinline__ void barrier_init(std::uint64_t* barrier, int count) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)),
+               "r"(count));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+// One arrival that also raises the phase's expected transaction bytes.
+__device__ __forceinline__ void barrier_arrive_expect(std::uint64_t* barrier, int bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)),
+      "r"(bytes)
+      : "memory");
+#endif
+}
+
+__device__ __forceinline__ void barrier_arrive(std::uint64_t* barrier) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier))
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void barrier_wait(std::uint64_t* barrier, std::uint32_t parity) {
+#if __CUDA_ARCH__ >= 900
+  const std::uint32_t address = shared_address(barrier);
+  std::uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(address), "r"(parity)
+        : "memory");
+  } while (done == 0);
+#endif
+}
+
+// bytes (a multiple of 16, both addresses 16-byte aligned) from global into shared memory; the
+// barrier's transaction count drops by bytes when they have landed.
+__device__ __forceinline__ void bulk_copy(void* shared, const void* global, int bytes,
+                                          std::uint64_t* barrier, std::uint64_t policy) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;" ::"r"(shared_address(shared)),
+      "l"(global), "r"(bytes), "r"(shared_address(barrier)), "l"(policy)
+      : "memory");
+#endif
+}
+
+// The same without the L2 hint: x is read by every column block, so it should stay in L2.
+__device__ __forceinline__ void bulk_copy(void* shared, const void* global, int bytes,
+                                          std::uint64_t* barrier) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(shared_address(shared)),
+      "l"(global), "r"(bytes), "r"(shared_address(barrier))
+      : "memory");
+#endif
+}
+
 // ---- the tensor-core kernel ----
 
 // n / d for n < 2^31 with a multiply-high instead of a division (d is fixed per launch).
@@ -179,15 +253,17 @@ struct KernelParams {
   int splits;  // > 0: deterministic, block b is split b % splits of tile b / splits
 };
 
-constexpr int kAPitch = kStageK + 8;  // halves; the 16-byte skew keeps ldmatrix conflict-free
-constexpr int kScaleRows = kStageK / kTileK;  // a stage spans at most this many groups
-
 // kSwap = false: x rows are the mma A operand (kMTiles m16 tiles of 16 rows) and the weights B
 // (8 n8 tiles per warp strip). kSwap = true (small M): the weights are A (4 m16 tiles of 16
 // columns per strip, built from the same B fragments: {b0(j), b0(j+1), b1(j), b1(j+1)}) and x is
 // B (kMTiles n8 tiles of 8 rows), so M <= 8 needs half the mma instructions and accumulators.
-template <bool kSwap, int kWarpsN, int kWarpsK, int kMTiles, int kStages>
+// kStageTiles k16 tiles per stage (kStageK = 64 or, Hopper bulk path, 128 when group_size is a
+// multiple of 64 so that a stage spans at most 2 groups).
+template <bool kSwap, int kWarpsN, int kWarpsK, int kMTiles, int kStages, int kStageTiles = 4>
 struct Geometry {
+  static constexpr int kStageK = kStageTiles * kTileK;
+  static constexpr int kAPitch = kStageK + 8;  // halves; the 16-byte skew: conflict-free ldmatrix
+  static constexpr int kScaleRows = kStageTiles == 4 ? 4 : 2;  // groups a stage spans at most
   static constexpr int kThreads = 32 * kWarpsN * kWarpsK;
   static constexpr int kBlockN = kTileN * kWarpsN;
   static constexpr int kTilesPerWarp = kStageK / kTileK / kWarpsK;  // k16 tiles a warp does a stage
@@ -207,10 +283,12 @@ struct Geometry {
 // kMinBlocks 2 for small M: at most 128 registers so two blocks share an SM (decode is
 // latency-bound).
 template <typename T, bool kSwap, int kWarpsN, int kWarpsK, int kMTiles, int kStages,
-          int kMinBlocks>
+          int kMinBlocks, int kStageTiles = 4, int kBulk = 0>
 __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
     k_w4a16_gemm(const KernelParams params) {
-  using G = Geometry<kSwap, kWarpsN, kWarpsK, kMTiles, kStages>;
+  using G = Geometry<kSwap, kWarpsN, kWarpsK, kMTiles, kStages, kStageTiles>;
+  constexpr int kStageK = G::kStageK;
+  constexpr int kAPitch = G::kAPitch;
   using Pair = typename TypeTraits<T>::Pair;
   extern __shared__ __align__(16) unsigned char shared[];
 
@@ -326,6 +404,55 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
     }
   };
 
+  // Hopper: warp 0 fills a stage with one bulk copy per contiguous chunk (a strip's k16 tiles,
+  // an x row, a group row of scales or zeros); weights land strip-major ([strip][tile][lane]).
+  // kBulk 1: a block barrier per stage protects a slot until every warp has read it; kBulk 2:
+  // each warp arrives on empty[slot] instead and the warp that refills the slot (a different one
+  // each stage) alone waits for that, so the others run ahead.
+  __shared__ __align__(8) std::uint64_t full[kBulk ? kStages : 1];
+  __shared__ __align__(8) std::uint64_t empty[kBulk == 2 ? kStages : 1];
+  auto load_stage_bulk = [&](const Position& p, int slot) {
+    const int k0 = p.kk * kStageK;
+    unsigned char* base = stage_base(slot);
+    const int rows = min(G::kRows, params.m - p.m_block * G::kRows);
+    const int first_group = params.group_divisor.divide(k0);
+    const int group_rows = params.group_divisor.divide(k0 + kStageK - 1) - first_group + 1;
+    const int zero_rows = params.zeros != nullptr ? group_rows : 0;
+    if (lane == 0) {
+      barrier_arrive_expect(&full[slot], G::kWeightBytes + rows * kStageK * 2 +
+                                             group_rows * G::kBlockN * 2 + zero_rows * G::kBlockN);
+    }
+    __syncwarp();
+    const int copies = kWarpsN + rows + group_rows + zero_rows;
+    for (int c = lane; c < copies; c += 32) {
+      if (c < kWarpsN) {
+        constexpr int kStripBytes = kStageTiles * kTileBytes;
+        const uint4* source =
+            params.tiles + (static_cast<std::size_t>(p.n_block * kWarpsN + c) * k_tiles_total +
+                            p.kk * kStageTiles) *
+                               32;
+        bulk_copy(base + c * kStripBytes, source, kStripBytes, &full[slot], policy);
+      } else if (c < kWarpsN + rows) {
+        const int r = c - kWarpsN;
+        const std::size_t row = static_cast<std::size_t>(p.m_block * G::kRows + r);
+        bulk_copy(base + G::kWeightBytes + r * kAPitch * 2, x + row * params.k + k0, kStageK * 2,
+                  &full[slot]);
+      } else if (c < kWarpsN + rows + group_rows) {
+        const int r = c - kWarpsN - rows;
+        const std::size_t offset =
+            (static_cast<std::size_t>(first_group + r) * strips + p.n_block * kWarpsN) * kTileN;
+        bulk_copy(base + G::kWeightBytes + G::kActivationBytes + r * G::kBlockN * 2,
+                  params.scales + offset, G::kBlockN * 2, &full[slot], policy);
+      } else {
+        const int r = c - kWarpsN - rows - group_rows;
+        const std::size_t offset =
+            (static_cast<std::size_t>(first_group + r) * strips + p.n_block * kWarpsN) * kTileN;
+        bulk_copy(base + G::kWeightBytes + G::kActivationBytes + G::kScaleBytes + r * G::kBlockN,
+                  params.zeros + offset, G::kBlockN, &full[slot], policy);
+      }
+    }
+  };
+
   // Not swapped: [m-tile][n8 tile j][4]; swapped: [token tile][m16 tile w][4].
   float accumulators[G::kAccumulators];
   auto clear = [&]() {
@@ -381,7 +508,8 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
 #pragma unroll
     for (int i = 0; i < G::kTilesPerWarp; ++i) {
       const int kt = warp_k * G::kTilesPerWarp + i;
-      packed[i] = weights[(kt * kWarpsN + warp_n) * 32 + lane];
+      packed[i] = kBulk ? weights[(warp_n * kStageTiles + kt) * 32 + lane]
+                        : weights[(kt * kWarpsN + warp_n) * 32 + lane];
       if constexpr (kSwap) {
         // B fragments of x: matrix 0 = tokens 0-7 at k 0-7, 1 = same tokens at k 8-15, 2 and 3 =
         // the next 8 tokens; thread (g, c) gets token g, k 2c and 2c+1.
@@ -628,27 +756,70 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
   // Prologue: kStages-1 stages in flight before the first compute.
   Position load_position = position_of(begin);
   Position compute_position = load_position;
+  constexpr int kWarps = G::kThreads / 32;
+  if constexpr (kBulk) {
+    if (thread < kStages) barrier_init(&full[thread], 1);
+    if (kBulk == 2 && thread < kStages) barrier_init(&empty[thread], kWarps);
+    __syncthreads();
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (begin + s < end) {
-      load_stage(load_position, s);
-      advance(load_position);
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (begin + s < end) {
+        if (warp == 0) load_stage_bulk(load_position, s);
+        advance(load_position);
+      }
     }
-    copy_async_commit();
+  } else {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (begin + s < end) {
+        load_stage(load_position, s);
+        advance(load_position);
+      }
+      copy_async_commit();
+    }
   }
   int segment_start = begin;
   int read_slot = 0;
   int write_slot = kStages - 1;
+  std::uint32_t phases = 0;        // bulk: bit s = parity of slot s's next fill
+  std::uint32_t empty_phases = 0;  // kBulk 2: bit s = parity of slot s's next release
   for (int it = begin; it < end; ++it) {
-    copy_async_wait<kStages - 2>();
-    __syncthreads();
-    if (it + kStages - 1 < end) {
-      load_stage(load_position, write_slot);
-      advance(load_position);
+    if constexpr (kBulk == 1) {
+      barrier_wait(&full[read_slot], (phases >> read_slot) & 1u);
+      phases ^= 1u << read_slot;
+      // Every warp is done with write_slot (read last iteration) before it is refilled.
+      __syncthreads();
+      if (it + kStages - 1 < end) {
+        if (warp == 0) load_stage_bulk(load_position, write_slot);
+        advance(load_position);
+      }
+    } else if constexpr (kBulk == 2) {
+      barrier_wait(&full[read_slot], (phases >> read_slot) & 1u);
+      phases ^= 1u << read_slot;
+      if (it + kStages - 1 < end) {
+        const bool issuer = warp == (it - begin) % kWarps;
+        if (it > begin) {  // write_slot was read in the previous iteration
+          if (issuer) barrier_wait(&empty[write_slot], (empty_phases >> write_slot) & 1u);
+          empty_phases ^= 1u << write_slot;
+        }
+        if (issuer) load_stage_bulk(load_position, write_slot);
+        advance(load_position);
+      }
+    } else {
+      copy_async_wait<kStages - 2>();
+      __syncthreads();
+      if (it + kStages - 1 < end) {
+        load_stage(load_position, write_slot);
+        advance(load_position);
+      }
+      copy_async_commit();
     }
-    copy_async_commit();
     write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
     compute_stage(compute_position.kk, read_slot);
+    if constexpr (kBulk == 2) {
+      __syncwarp();
+      if (lane == 0) barrier_arrive(&empty[read_slot]);
+    }
     read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
     if (compute_position.kk + 1 == ipt || it + 1 == end) {
       flush(compute_position, it + 1 - segment_start);
@@ -658,7 +829,7 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
     }
     advance(compute_position);
   }
-  copy_async_wait<0>();
+  if constexpr (kBulk == 0) copy_async_wait<0>();
 }
 
 // ---- helpers for the other paths ----
@@ -725,38 +896,53 @@ using KernelFunction = void (*)(KernelParams);
 struct Variant {
   KernelFunction function;
   bool swapped;
-  int m_tiles, rows, warps_n, warps_k, stages, threads;
+  int m_tiles, rows, warps_n, warps_k, stages, threads, stage_k;
   std::size_t shared_bytes;
 };
 
 template <typename T, bool kSwap, int kWarpsN, int kWarpsK, int kMTiles, int kStages,
-          int kMinBlocks>
+          int kMinBlocks, int kStageTiles = 4, int kBulk = 0>
 Variant make_variant() {
-  using G = Geometry<kSwap, kWarpsN, kWarpsK, kMTiles, kStages>;
-  return Variant{&k_w4a16_gemm<T, kSwap, kWarpsN, kWarpsK, kMTiles, kStages, kMinBlocks>,
-                 kSwap,
-                 kMTiles,
-                 G::kRows,
-                 kWarpsN,
-                 kWarpsK,
-                 kStages,
-                 G::kThreads,
-                 static_cast<std::size_t>(G::kSharedBytes)};
+  using G = Geometry<kSwap, kWarpsN, kWarpsK, kMTiles, kStages, kStageTiles>;
+  return Variant{
+      &k_w4a16_gemm<T, kSwap, kWarpsN, kWarpsK, kMTiles, kStages, kMinBlocks, kStageTiles, kBulk>,
+      kSwap,
+      kMTiles,
+      G::kRows,
+      kWarpsN,
+      kWarpsK,
+      kStages,
+      G::kThreads,
+      G::kStageK,
+      static_cast<std::size_t>(G::kSharedBytes)};
 }
 
 // x-rows kernel: stages per m-tile count, 2 blocks/SM fit for 1-2 m-tiles, one deep pipeline
 // for 4. Swapped (weights as A) kernel for small M: 8, 16 or 32 rows a block, and at most ~97 KB
-// of shared memory up to 16 rows so that sm_86/89 can run it too.
+// of shared memory up to 16 rows so that sm_86/89 can run it too. pipeline (swapped, M <= 16
+// only): 0 = cp.async by every thread; Hopper bulk copies with 1 = a block barrier per stage,
+// 2 = the same with 128-k stages, 3 = per-slot release barriers, 4 = the same with 128-k stages
+// (the 4-strip-wide kernel; the narrow one has 3 for any pipeline > 0).
 template <typename T>
-Variant select_variant(bool swapped, int m_tiles, bool wide) {
+Variant select_variant(bool swapped, int m_tiles, bool wide, int pipeline) {
   if (swapped) {
     if (wide) {
       // 4 warps, each all four k16 tiles of a stage (the per-stage work amortised over 4 tiles),
       // 4 blocks (16 warps) per SM with 3 stages in flight each.
+      if (pipeline == 1 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4, 4, 1>();
+      if (pipeline == 1 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3, 4, 1>();
+      if (pipeline == 2 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 3, 3, 8, 1>();
+      if (pipeline == 2 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 3, 3, 8, 1>();
+      if (pipeline == 3 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4, 4, 2>();
+      if (pipeline == 3 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3, 4, 2>();
+      if (pipeline == 4 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 3, 3, 8, 2>();
+      if (pipeline == 4 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 3, 3, 8, 2>();
       if (m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4>();
       if (m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3>();
       return make_variant<T, true, 4, 2, 4, 6, 1>();
     }
+    if (pipeline >= 1 && m_tiles == 1) return make_variant<T, true, 1, 4, 1, 7, 2, 4, 2>();
+    if (pipeline >= 1 && m_tiles == 2) return make_variant<T, true, 1, 4, 2, 6, 2, 4, 2>();
     if (m_tiles == 1) return make_variant<T, true, 1, 4, 1, 7, 2>();
     if (m_tiles == 2) return make_variant<T, true, 1, 4, 2, 6, 2>();
     return make_variant<T, true, 1, 4, 4, 6, 1>();
@@ -771,9 +957,38 @@ Variant select_variant(bool swapped, int m_tiles, bool wide) {
   return make_variant<T, false, 1, 4, 4, 6, 1>();
 }
 
-Variant variant_for(ActivationType type, bool swapped, int m_tiles, bool wide) {
-  return type == ActivationType::kFloat16 ? select_variant<__half>(swapped, m_tiles, wide)
-                                          : select_variant<__nv_bfloat16>(swapped, m_tiles, wide);
+Variant variant_for(ActivationType type, bool swapped, int m_tiles, bool wide, int pipeline = 0) {
+  return type == ActivationType::kFloat16
+             ? select_variant<__half>(swapped, m_tiles, wide, pipeline)
+             : select_variant<__nv_bfloat16>(swapped, m_tiles, wide, pipeline);
+}
+
+// The swapped kernel's copy pipeline on this device (W4A16Config::pipeline). Bulk copies need
+// sm_90 code (not PTX JIT'd from an older arch); 128-k stages need K % 128 == 0 and groups of a
+// multiple of 64 (a stage then spans at most two groups). Default: 2 (bulk, 128-k stages) at M = 1
+// on large layers, where the H200 measured 3-5 % less time than cp.async; cp.async elsewhere
+// (bulk was slower at M = 8 and 16, and is unmeasured on small layers; docs/w4a16-gemm.md).
+// GPUOPT_W4A16_PIPELINE=0..4 picks one, to compare them.
+StatusOr<int> swapped_pipeline(const W4A16DeviceWeights& w, int m, int m_tiles, bool wide,
+                               int device) {
+  int major = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major < 9 || m_tiles > 2) return 0;
+  const bool k128 = wide && w.k % 128 == 0 && w.group_size % 64 == 0;
+  const bool large = static_cast<long long>(w.k) * w.n >= (1ll << 27);
+  int pipeline = m == 1 && k128 && large ? 2 : 0;
+  if (const char* env = std::getenv("GPUOPT_W4A16_PIPELINE"); env != nullptr) {
+    if (env[0] >= '0' && env[0] <= '4' && env[1] == '\0') pipeline = env[0] - '0';
+  }
+  if (!k128 && (pipeline == 2 || pipeline == 4)) --pipeline;
+  if (pipeline > 0) {
+    cudaFuncAttributes attributes{};
+    GPUOPT_CUDA_TRY(cudaFuncGetAttributes(
+        &attributes, reinterpret_cast<const void*>(
+                         variant_for(w.type, true, m_tiles, wide, pipeline).function)));
+    if (attributes.binaryVersion < 90) pipeline = 0;
+  }
+  return pipeline;
 }
 
 std::size_t align_up(std::size_t value) { return (value + 255) / 256 * 256; }
@@ -837,7 +1052,10 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   config.path = W4A16Path::kTensorCore;
   config.m_tiles = m_tiles;
   config.swapped = swapped;
-  const Variant variant = variant_for(w.type, swapped, config.m_tiles, wide);
+  if (swapped) {
+    GPUOPT_ASSIGN_OR_RETURN(config.pipeline, swapped_pipeline(w, m, m_tiles, wide, device));
+  }
+  const Variant variant = variant_for(w.type, swapped, config.m_tiles, wide, config.pipeline);
   config.block_m = variant.rows;
   config.block_n = variant.warps_n * kTileN;
   config.threads = variant.threads;
@@ -845,7 +1063,7 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   config.shared_bytes = variant.shared_bytes;
   const int m_blocks = (m + config.block_m - 1) / config.block_m;
   config.tiles = m_blocks * (w.n / config.block_n);
-  config.iterations = config.tiles * (w.k / kStageK);
+  config.iterations = config.tiles * (w.k / variant.stage_k);
 
   int sms = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -1094,11 +1312,11 @@ Status W4A16Gemm::run(StreamHandle stream) {
   params.group_divisor = FastDivisor(static_cast<std::uint32_t>(w.group_size));
   params.m_block_divisor = FastDivisor(static_cast<std::uint32_t>(params.m_blocks));
   params.n_blocks = w.n / config_.block_n;
-  params.iterations_per_tile = w.k / kStageK;
   params.total_iterations = config_.iterations;
   params.splits = config_.splits;
-  const Variant variant =
-      variant_for(w.type, config_.swapped, config_.m_tiles, config_.block_n == 4 * kTileN);
+  const Variant variant = variant_for(w.type, config_.swapped, config_.m_tiles,
+                                      config_.block_n == 4 * kTileN, config_.pipeline);
+  params.iterations_per_tile = w.k / variant.stage_k;
   variant.function<<<config_.blocks, variant.threads, variant.shared_bytes, stream>>>(params);
   GPUOPT_CUDA_TRY_LAUNCH();
   return ok_status();

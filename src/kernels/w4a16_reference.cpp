@@ -13,8 +13,12 @@ std::string_view activation_type_name(ActivationType type) {
 
 std::string W4A16Config::describe() const {
   if (path == W4A16Path::kDequantCublas) return "dequant+cublas";
-  return fmt::format("mma{} m{}xn{} {}thr {}st grid{} ({}/SM){}", swapped ? "(w.x)" : "", block_m,
-                     block_n, threads, stages, blocks, blocks_per_sm,
+  return fmt::format("mma{} m{}xn{} {}thr {}st{} grid{} ({}/SM){}", swapped ? "(w.x)" : "", block_m,
+                     block_n, threads, stages,
+                     pipeline == 2   ? " bulk k128"
+                     : pipeline == 1 ? " bulk"
+                                     : "",
+                     blocks, blocks_per_sm,
                      splits > 0 ? fmt::format(" deterministic {} splits", splits) : "");
 }
 

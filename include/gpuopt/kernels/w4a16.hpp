@@ -95,6 +95,9 @@ struct W4A16Config {
   int block_n = 256;     // columns per block tile
   int threads = 256;
   int stages = 4;
+  // Swapped kernel: 0 cp.async; Hopper bulk copies: 1 block barrier per stage, 2 the same with
+  // 128-k stages, 3 per-slot release barriers, 4 the same with 128-k stages.
+  int pipeline = 0;
   int blocks = 0;         // stream-K grid
   int blocks_per_sm = 0;  // occupancy
   int tiles = 0;          // output tiles
