@@ -20,6 +20,7 @@ if ((${#missing[@]})); then
     "${missing[@]}" >/dev/null
 fi
 
-if [ "${1:-}" = "--bench" ] && [ -f bench/requirements.txt ]; then
-  python3 -m pip install -q -r bench/requirements.txt
+# bench/vector/requirements.txt includes bench/requirements.txt and adds the embedded stores.
+if [ "${1:-}" = "--bench" ] && [ -f bench/vector/requirements.txt ]; then
+  python3 -m pip install -q -r bench/vector/requirements.txt
 fi
