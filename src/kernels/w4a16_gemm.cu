@@ -922,7 +922,8 @@ Variant make_variant() {
 // of shared memory up to 16 rows so that sm_86/89 can run it too. pipeline (swapped, M <= 16
 // only): 0 = cp.async by every thread; Hopper bulk copies with 1 = a block barrier per stage,
 // 2 = the same with 128-k stages, 3 = per-slot release barriers, 4 = the same with 128-k stages
-// (the 4-strip-wide kernel; the narrow one has 3 for any pipeline > 0).
+// (the 4-strip-wide kernel; the narrow one has 3 for any pipeline > 0); 5 = 2 with 2 warps along
+// K per strip (256 threads, 2 blocks/SM).
 template <typename T>
 Variant select_variant(bool swapped, int m_tiles, bool wide, int pipeline) {
   if (swapped) {
@@ -937,6 +938,9 @@ Variant select_variant(bool swapped, int m_tiles, bool wide, int pipeline) {
       if (pipeline == 3 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3, 4, 2>();
       if (pipeline == 4 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 3, 3, 8, 2>();
       if (pipeline == 4 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 3, 3, 8, 2>();
+      // Not measured or tested on a GPU yet (off unless GPUOPT_W4A16_PIPELINE=5): 128-k stages
+      // split over 2 warps along K, so 16 warps per SM at <= 128 registers.
+      if (pipeline == 5 && m_tiles == 1) return make_variant<T, true, 4, 2, 1, 4, 2, 8, 1>();
       if (m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4>();
       if (m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3>();
       return make_variant<T, true, 4, 2, 4, 6, 1>();
@@ -968,7 +972,7 @@ Variant variant_for(ActivationType type, bool swapped, int m_tiles, bool wide, i
 // multiple of 64 (a stage then spans at most two groups). Default: 2 (bulk, 128-k stages) at M = 1
 // on large layers, where the H200 measured 3-5 % less time than cp.async; cp.async elsewhere
 // (bulk was slower at M = 8 and 16, and is unmeasured on small layers; docs/w4a16-gemm.md).
-// GPUOPT_W4A16_PIPELINE=0..4 picks one, to compare them.
+// GPUOPT_W4A16_PIPELINE=0..5 picks one, to compare them.
 StatusOr<int> swapped_pipeline(const W4A16DeviceWeights& w, int m, int m_tiles, bool wide,
                                int device) {
   int major = 0;
@@ -978,9 +982,10 @@ StatusOr<int> swapped_pipeline(const W4A16DeviceWeights& w, int m, int m_tiles, 
   const bool large = static_cast<long long>(w.k) * w.n >= (1ll << 27);
   int pipeline = m == 1 && k128 && large ? 2 : 0;
   if (const char* env = std::getenv("GPUOPT_W4A16_PIPELINE"); env != nullptr) {
-    if (env[0] >= '0' && env[0] <= '4' && env[1] == '\0') pipeline = env[0] - '0';
+    if (env[0] >= '0' && env[0] <= '5' && env[1] == '\0') pipeline = env[0] - '0';
   }
   if (!k128 && (pipeline == 2 || pipeline == 4)) --pipeline;
+  if (pipeline == 5 && (!k128 || m_tiles != 1)) pipeline = k128 ? 2 : 1;  // 16 rows would spill
   if (pipeline > 0) {
     cudaFuncAttributes attributes{};
     GPUOPT_CUDA_TRY(cudaFuncGetAttributes(

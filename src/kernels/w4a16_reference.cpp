@@ -11,14 +11,30 @@ std::string_view activation_type_name(ActivationType type) {
   return type == ActivationType::kFloat16 ? "fp16" : "bf16";
 }
 
+namespace {
+// The swapped kernel's copy pipeline (W4A16Config::pipeline) as the config column shows it.
+const char* pipeline_name(int pipeline) {
+  switch (pipeline) {
+    case 1:
+      return " bulk";
+    case 2:
+      return " bulk k128";
+    case 3:
+      return " bulk ring";
+    case 4:
+      return " bulk k128 ring";
+    case 5:
+      return " bulk k128 2wk";
+    default:
+      return "";
+  }
+}
+}  // namespace
+
 std::string W4A16Config::describe() const {
   if (path == W4A16Path::kDequantCublas) return "dequant+cublas";
   return fmt::format("mma{} m{}xn{} {}thr {}st{} grid{} ({}/SM){}", swapped ? "(w.x)" : "", block_m,
-                     block_n, threads, stages,
-                     pipeline == 2   ? " bulk k128"
-                     : pipeline == 1 ? " bulk"
-                                     : "",
-                     blocks, blocks_per_sm,
+                     block_n, threads, stages, pipeline_name(pipeline), blocks, blocks_per_sm,
                      splits > 0 ? fmt::format(" deterministic {} splits", splits) : "");
 }
 

@@ -96,7 +96,8 @@ struct W4A16Config {
   int threads = 256;
   int stages = 4;
   // Swapped kernel: 0 cp.async; Hopper bulk copies: 1 block barrier per stage, 2 the same with
-  // 128-k stages, 3 per-slot release barriers, 4 the same with 128-k stages.
+  // 128-k stages, 3 per-slot release barriers, 4 the same with 128-k stages, 5 = 2 with two
+  // warps along K per strip (not yet run on a GPU).
   int pipeline = 0;
   int blocks = 0;         // stream-K grid
   int blocks_per_sm = 0;  // occupancy
