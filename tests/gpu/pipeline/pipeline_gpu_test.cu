@@ -187,7 +187,10 @@ TEST(PipelineGpu, BothModesSameResultsAndMatchCpuTwins) {
   options.llm_max_batch = 8;
   options.archive_cases = 3000;
   options.overlay_every = 20;
-  options.seed = std::random_device{}();
+  // The networks' random weights decide whether anything is detected; some seeds detect nothing
+  // in 60 frames and would leave the LLM and retrieval stages unexercised. 2026 (the pipeline's
+  // default) detects in most frames, so the run always reaches every stage.
+  options.seed = 2026;
   std::map<std::uint64_t, FrameRecord> by_mode[2];
   std::uint64_t checksums[2] = {1, 2};
   for (int m = 0; m < 2; ++m) {
