@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/test_support.hpp"
+#include "common/vector_fixtures.hpp"
 #include "gpuopt/vector/gpu_search.hpp"
 #include "gpuopt/vector/ingest.hpp"
 #include "gpuopt/vector/store.hpp"
@@ -22,40 +23,13 @@ namespace gpuopt::vector {
 namespace {
 
 namespace fs = std::filesystem;
+using gpuopt::testing::id_range;
+using gpuopt::testing::random_vectors;
+using gpuopt::testing::TempDir;
 
 constexpr std::size_t kDim = 96;
 constexpr const char* kChildSocket = "GPUOPT_INGEST_IPC_SOCKET";
 constexpr const char* kChildMode = "GPUOPT_INGEST_IPC_MODE";
-
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/gpuopt-ingest-gpu-XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::vector<float> random_vectors(std::size_t rows, std::size_t dim, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(rows * dim);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
-
-std::vector<std::uint64_t> id_range(std::uint64_t first, std::size_t count) {
-  std::vector<std::uint64_t> ids(count);
-  for (std::size_t i = 0; i < count; ++i) ids[i] = first + i;
-  return ids;
-}
 
 void expect_rows(Collection& collection, std::uint64_t first_id, const std::vector<float>& expected,
                  std::size_t rows) {
@@ -69,7 +43,7 @@ void expect_rows(Collection& collection, std::uint64_t first_id, const std::vect
 
 TEST(IngestDevice, AddDeviceAndDlpackCommitTheDeviceRows) {
   GPUOPT_REQUIRE_GPU();
-  TempDir dir;
+  TempDir dir("gpuopt-ingest-gpu");
   auto store = Store::open(dir.path() / "store", {.create = true});
   ASSERT_TRUE(store.ok()) << store.status().to_string();
   auto collection = (*store)->create_collection("default", {kDim, Metric::kL2});
@@ -164,7 +138,7 @@ int run_child(const fs::path& socket, const std::string& mode) {
 
 TEST(IngestIpc, DeviceRowsFromAnotherProcess) {
   GPUOPT_REQUIRE_GPU();
-  TempDir dir;
+  TempDir dir("gpuopt-ingest-gpu");
   auto store = Store::open(dir.path() / "store", {.create = true});
   ASSERT_TRUE(store.ok()) << store.status().to_string();
   ASSERT_TRUE((*store)->create_collection("default", {kDim, Metric::kL2}).ok());

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "common/vector_fixtures.hpp"
 #include "gpuopt/bench/vector.hpp"
 #include "gpuopt/vector/vector_file.hpp"
 
@@ -14,6 +15,9 @@ namespace gpuopt::bench::vector_bench {
 namespace {
 
 namespace fs = std::filesystem;
+using gpuopt::testing::id_range;
+using gpuopt::testing::random_vectors;
+using gpuopt::testing::TempDir;
 
 // 1-D base: rows 1 and 2 tie at distance 1 from the query 0; row 3 is at 1.0005 (inside the
 // 1e-3 slack), row 4 at 1.002 (outside), row 5 far.
@@ -104,24 +108,8 @@ TEST(VectorBenchData, SyntheticIsSeededAndSized) {
   EXPECT_NE(a.base, c.base);
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "gpuopt-bench-vector-test-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
 TEST(VectorBenchData, DataFileIsSplitIntoBaseAndQueries) {
-  TempDir dir;
+  TempDir dir("gpuopt-bench-vector-test");
   Dataset source = synthetic_dataset(50, 0, 4, 7);
   ASSERT_TRUE(vector::write_npy(dir.path() / "d.npy", source.base.data(), 50, 4).ok());
   VectorBenchOptions options;
@@ -149,7 +137,7 @@ const TestcaseResult* find(const std::vector<TestcaseResult>& results, const std
 }
 
 TEST(VectorBenchSuite, ExactSearchOnATinySetHasRecallOne) {
-  TempDir dir;
+  TempDir dir("gpuopt-bench-vector-test");
   BenchOptions bench;
   VectorBenchOptions options;
   options.synthetic = true;

@@ -20,6 +20,7 @@
 #include <random>
 #include <thread>
 
+#include "common/vector_fixtures.hpp"
 #include "gpuopt/vector/gpu_search.hpp"
 #include "gpuopt/vector/ingest.hpp"
 #include "gpuopt/vector/store.hpp"
@@ -28,36 +29,9 @@ namespace gpuopt::vector {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/gpuopt-ingest-test-XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::vector<float> random_vectors(std::size_t rows, std::size_t dim, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(rows * dim);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
-
-std::vector<std::uint64_t> id_range(std::uint64_t first, std::size_t count) {
-  std::vector<std::uint64_t> ids(count);
-  for (std::size_t i = 0; i < count; ++i) ids[i] = first + i;
-  return ids;
-}
+using gpuopt::testing::id_range;
+using gpuopt::testing::random_vectors;
+using gpuopt::testing::TempDir;
 
 constexpr std::size_t kDim = 24;
 
@@ -93,7 +67,7 @@ class ServerFixture : public ::testing::Test {
     return client.ok() ? std::move(*client) : nullptr;
   }
 
-  TempDir dir_;
+  TempDir dir_{"gpuopt-ingest-test"};
   std::unique_ptr<Store> store_;
   fs::path socket_;
   std::unique_ptr<IngestServer> server_;
@@ -279,7 +253,7 @@ TEST_F(ServerFixture, SurvivesOversizedAndTruncatedFrames) {
 }
 
 TEST(IngestServer, RefusesToReplaceAFileThatIsNotASocket) {
-  TempDir dir;
+  TempDir dir("gpuopt-ingest-test");
   auto store = Store::open(dir.path() / "store", {.create = true});
   ASSERT_TRUE(store.ok());
   fs::path file = dir.path() / "not-a-socket";
@@ -293,7 +267,7 @@ TEST(IngestServer, RefusesToReplaceAFileThatIsNotASocket) {
 // The server runs in a forked child that is SIGKILLed at a random moment while the client streams
 // batches; every reopen must hold at least the acknowledged total, with acknowledged rows intact.
 TEST(IngestServer, KilledServerKeepsEveryAcknowledgedBatch) {
-  TempDir dir;
+  TempDir dir("gpuopt-ingest-test");
   const fs::path store_dir = dir.path() / "store";
   {
     auto store = Store::open(store_dir, {.create = true});
@@ -380,7 +354,7 @@ TEST(IngestServer, KilledServerKeepsEveryAcknowledgedBatch) {
 
 // DLPack from host memory commits straight from the tensor's pointer; device tensors need CUDA.
 TEST(IngestDlpack, CpuTensorCommitsAndBadTensorsAreRefused) {
-  TempDir dir;
+  TempDir dir("gpuopt-ingest-test");
   auto store = Store::open(dir.path() / "store", {.create = true});
   ASSERT_TRUE(store.ok());
   auto collection = (*store)->create_collection("default", {kDim, Metric::kL2});

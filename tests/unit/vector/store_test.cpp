@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 
+#include "common/vector_fixtures.hpp"
 #include "gpuopt/vector/filter.hpp"
 #include "vector/search_kernels.hpp"
 
@@ -21,30 +22,9 @@ namespace gpuopt::vector {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/gpuopt-vector-test-XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::vector<float> random_vectors(std::size_t rows, std::size_t dim, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(rows * dim);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
+using gpuopt::testing::id_range;
+using gpuopt::testing::random_vectors;
+using gpuopt::testing::TempDir;
 
 // Brute force in double precision over (id, vector, metadata) rows that pass `keep`.
 struct Row {
@@ -83,7 +63,7 @@ void expect_exact(const std::vector<SearchHit>& hits, const std::vector<float>& 
 }
 
 TEST(VectorStore, AddGetPersistsAcrossReopen) {
-  TempDir dir;
+  TempDir dir("gpuopt-vector-test");
   const std::size_t dim = 12;
   auto vectors = random_vectors(5, dim, 1);
   std::vector<std::uint64_t> ids = {10, 20, 30, 40, std::uint64_t{1} << 63};
@@ -118,14 +98,14 @@ TEST(VectorStore, AddGetPersistsAcrossReopen) {
 }
 
 TEST(VectorStore, OpenMissingStoreIsNotFound) {
-  TempDir dir;
+  TempDir dir("gpuopt-vector-test");
   auto store = Store::open(dir.path() / "nothing");
   EXPECT_EQ(store.status().code(), StatusCode::kNotFound);
   EXPECT_NE(store.status().message().find("nothing"), std::string::npos);
 }
 
 TEST(VectorStore, RejectsBadInput) {
-  TempDir dir;
+  TempDir dir("gpuopt-vector-test");
   auto store = Store::open(dir.path(), {.create = true});
   ASSERT_TRUE(store.ok());
   EXPECT_FALSE((*store)->create_collection("bad/name", {4, Metric::kL2}).ok());
@@ -142,7 +122,7 @@ TEST(VectorStore, RejectsBadInput) {
 }
 
 TEST(VectorStore, UpsertAndDeleteAreHonouredBySearchAndSurviveReopen) {
-  TempDir dir;
+  TempDir dir("gpuopt-vector-test");
   const std::size_t dim = 8;
   auto base = random_vectors(300, dim, 2);
   std::vector<std::uint64_t> ids(300);
@@ -197,7 +177,7 @@ class ExactSearchTest : public ::testing::TestWithParam<std::tuple<Metric, std::
 
 TEST_P(ExactSearchTest, MatchesBruteForceWithFilters) {
   auto [metric, dim] = GetParam();
-  TempDir dir;
+  TempDir dir("gpuopt-vector-test");
   const std::size_t rows_count = 2500;
   auto vectors = random_vectors(rows_count, dim, 10 + dim);
   std::vector<std::uint64_t> ids(rows_count);
@@ -261,7 +241,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(std::size_t{1}, std::size_t{13}, std::size_t{64})));
 
 TEST(VectorStore, IvfRecallIsHighOnClusteredData) {
-  TempDir dir;
+  TempDir dir("gpuopt-vector-test");
   const std::size_t dim = 32, rows_count = 8000, clusters = 40;
   std::mt19937_64 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -304,7 +284,7 @@ TEST(VectorStore, IvfRecallIsHighOnClusteredData) {
 // Flips one byte of a segment's vectors: open still works (it reads no vectors), the first
 // query reports DATA_LOSS naming the file, and verify() does too.
 TEST(VectorStore, CorruptSegmentIsReportedNotRead) {
-  TempDir dir;
+  TempDir dir("gpuopt-vector-test");
   auto vectors = random_vectors(100, 4, 7);
   std::vector<std::uint64_t> ids(100);
   std::iota(ids.begin(), ids.end(), 0);
@@ -333,7 +313,7 @@ TEST(VectorStore, CorruptSegmentIsReportedNotRead) {
 }
 
 TEST(VectorStore, TruncatedSegmentFailsOpen) {
-  TempDir dir;
+  TempDir dir("gpuopt-vector-test");
   auto vectors = random_vectors(100, 4, 7);
   std::vector<std::uint64_t> ids(100);
   std::iota(ids.begin(), ids.end(), 0);
@@ -351,7 +331,7 @@ TEST(VectorStore, TruncatedSegmentFailsOpen) {
 }
 
 TEST(VectorStore, CorruptHeaderFailsOpen) {
-  TempDir dir;
+  TempDir dir("gpuopt-vector-test");
   auto vectors = random_vectors(10, 4, 7);
   std::vector<std::uint64_t> ids(10);
   std::iota(ids.begin(), ids.end(), 0);
