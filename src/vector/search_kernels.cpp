@@ -114,80 +114,40 @@ template <typename V, int W>
       for (int a = 0; a < 4; ++a) dots[(i + a) * row_count + j] = s[a];
     }
   }
+  // Queries left over from the 4-query tiles: one row at a time with four accumulators over the
+  // dimension, so each row is one sequential stream (reading four rows interleaved, as the tile
+  // above does, ran ~25% slower for a lone query: measured on IVF lists of Fashion-MNIST).
   for (; i < query_count; ++i) {
     const float* q0 = queries + i * dim;
     std::size_t j = 0;
-    for (; j + 4 <= row_count; j += 4) {
+    for (; j < row_count; ++j) {
       const float* x0 = rows + j * dim;
-      const float* x1 = x0 + dim;
-      const float* x2 = x1 + dim;
-      const float* x3 = x2 + dim;
-      // Two accumulator sets: one query gives each accumulator a single FMA per step, so with one
-      // set the FMA latency, not the issue rate, would bound the loop.
-      V a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
+      V c0 = {}, c1 = {}, c2 = {}, c3 = {};
       std::size_t t = 0;
-      for (; t + 2 * W <= vector_dim; t += 2 * W) {
+      for (; t + 4 * W <= vector_dim; t += 4 * W) {
         GPUOPT_LOAD(u0, q0 + t);
         GPUOPT_LOAD(v0, x0 + t);
-        GPUOPT_LOAD(v1, x1 + t);
-        GPUOPT_LOAD(v2, x2 + t);
-        GPUOPT_LOAD(v3, x3 + t);
-        a0 += u0 * v0;
-        a1 += u0 * v1;
-        a2 += u0 * v2;
-        a3 += u0 * v3;
         GPUOPT_LOAD(u1, q0 + t + W);
-        GPUOPT_LOAD(w0, x0 + t + W);
-        GPUOPT_LOAD(w1, x1 + t + W);
-        GPUOPT_LOAD(w2, x2 + t + W);
-        GPUOPT_LOAD(w3, x3 + t + W);
-        b0 += u1 * w0;
-        b1 += u1 * w1;
-        b2 += u1 * w2;
-        b3 += u1 * w3;
+        GPUOPT_LOAD(v1, x0 + t + W);
+        GPUOPT_LOAD(u2, q0 + t + 2 * W);
+        GPUOPT_LOAD(v2, x0 + t + 2 * W);
+        GPUOPT_LOAD(u3, q0 + t + 3 * W);
+        GPUOPT_LOAD(v3, x0 + t + 3 * W);
+        c0 += u0 * v0;
+        c1 += u1 * v1;
+        c2 += u2 * v2;
+        c3 += u3 * v3;
       }
       for (; t < vector_dim; t += W) {
         GPUOPT_LOAD(u0, q0 + t);
         GPUOPT_LOAD(v0, x0 + t);
-        GPUOPT_LOAD(v1, x1 + t);
-        GPUOPT_LOAD(v2, x2 + t);
-        GPUOPT_LOAD(v3, x3 + t);
-        a0 += u0 * v0;
-        a1 += u0 * v1;
-        a2 += u0 * v2;
-        a3 += u0 * v3;
+        c0 += u0 * v0;
       }
-      a0 += b0;
-      a1 += b1;
-      a2 += b2;
-      a3 += b3;
-      float s[4] = {0, 0, 0, 0};
-      for (int l = 0; l < W; ++l) {
-        s[0] += a0[l];
-        s[1] += a1[l];
-        s[2] += a2[l];
-        s[3] += a3[l];
-      }
-      for (std::size_t t = vector_dim; t < dim; ++t) {
-        s[0] += q0[t] * x0[t];
-        s[1] += q0[t] * x1[t];
-        s[2] += q0[t] * x2[t];
-        s[3] += q0[t] * x3[t];
-      }
-      for (int a = 0; a < 4; ++a) dots[i * row_count + j + a] = s[a];
-    }
-    for (; j < row_count; ++j) {
-      const float* x0 = rows + j * dim;
-      V a0 = {};
-      for (std::size_t t = 0; t < vector_dim; t += W) {
-        GPUOPT_LOAD(u0, q0 + t);
-        GPUOPT_LOAD(v0, x0 + t);
-        a0 += u0 * v0;
-      }
-      float s = 0;
-      for (int l = 0; l < W; ++l) s += a0[l];
-      for (std::size_t t = vector_dim; t < dim; ++t) s += q0[t] * x0[t];
-      dots[i * row_count + j] = s;
+      c0 += c1 + c2 + c3;
+      float sum = 0;
+      for (int l = 0; l < W; ++l) sum += c0[l];
+      for (std::size_t t2 = vector_dim; t2 < dim; ++t2) sum += q0[t2] * x0[t2];
+      dots[i * row_count + j] = sum;
     }
   }
 #undef GPUOPT_LOAD
