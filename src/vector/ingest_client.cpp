@@ -25,13 +25,7 @@ namespace gpuopt::vector {
 
 namespace {
 
-Status errno_error(const std::string& what) {
-  int error = errno;
-  std::string message = fmt::format("{}: {}", what, std::strerror(error));
-  if (error == ENOENT) return not_found(message);
-  if (error == EACCES || error == EPERM) return permission_denied(message);
-  return unavailable(message);
-}
+using detail::errno_error;
 
 StatusOr<std::string> random_shm_name() {
   std::uint8_t random[16];

@@ -21,6 +21,14 @@ Status errno_status(const char* what, int error) {
 
 }  // namespace
 
+Status errno_error(const std::string& what) {
+  int error = errno;
+  std::string message = fmt::format("{}: {}", what, std::strerror(error));
+  if (error == ENOENT) return not_found(message);
+  if (error == EACCES || error == EPERM) return permission_denied(message);
+  return unavailable(message);
+}
+
 Status send_all(int fd, std::span<const std::uint8_t> bytes) {
   std::size_t sent = 0;
   while (sent < bytes.size()) {

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gpuopt/core/status.hpp"
@@ -21,5 +22,7 @@ Status send_frame(int fd, std::span<const std::uint8_t> body);
 Status receive_frame(int fd, std::size_t max_body, std::vector<std::uint8_t>* body);
 // SO_RCVTIMEO / SO_SNDTIMEO.
 Status set_timeouts(int fd, int seconds);
+// The current errno as a Status naming `what`: NOT_FOUND, PERMISSION_DENIED or UNAVAILABLE.
+Status errno_error(const std::string& what);
 
 }  // namespace gpuopt::vector::detail

@@ -30,13 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Status errno_error(const std::string& what) {
-  int error = errno;
-  std::string message = fmt::format("{}: {}", what, std::strerror(error));
-  if (error == ENOENT) return not_found(message);
-  if (error == EACCES || error == EPERM) return permission_denied(message);
-  return unavailable(message);
-}
+using detail::errno_error;
 
 // A read-only mapping of a client's shm object, checked before use.
 class ShmMapping {
