@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "bench_run.hpp"
 #include "command_registry.hpp"
 #include "gpuopt/bench/gemm.hpp"
 
@@ -23,14 +24,8 @@ int run_bench_gemm(const GemmBenchArgs& args) {
   options.samples = args.samples;
   options.device = args.device;
   options.only = args.only;
-  bench::BenchContext context(options);
   const bench::Suite suite = bench::gemm::make_suite(args.quick);
-  const std::vector<bench::TestcaseResult> results = suite.run(context);
-  if (args.json) {
-    std::printf("%s\n", bench::to_json(suite.name(), results).dump(2).c_str());
-  } else {
-    std::printf("%s", bench::render_text(suite.name(), results).c_str());
-  }
+  const std::vector<bench::TestcaseResult> results = run_and_print(suite, options, args.json);
   return bench::gemm::exit_code_for(results);
 }
 

@@ -12,11 +12,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench_run.hpp"
 #include "command_registry.hpp"
 #include "gpuopt/bench/loader.hpp"
 #include "gpuopt/core/cuda_check.hpp"
@@ -226,13 +226,7 @@ int run_record_file_bench(const LoaderArgs& args) {
   }
   bench::Suite suite("loader-record-io");
   for (auto io : paths) suite.add(std::make_unique<RecordReadTestcase>(record, io));
-  bench::BenchContext context(args.bench);
-  auto results = suite.run(context);
-  if (args.json) {
-    std::cout << bench::to_json(suite.name(), results).dump(2) << "\n";
-  } else {
-    std::cout << bench::render_text(suite.name(), results);
-  }
+  auto results = run_and_print(suite, args.bench, args.json);
   for (const auto& result : results) {
     if (result.outcome == bench::Outcome::kFailed) return kExitErrors;
   }
@@ -257,13 +251,7 @@ int run_bench_loader(LoaderArgs args) {
     }
   }
   bench::Suite suite = bench::loader::make_suite(args.bench, args.loader);
-  bench::BenchContext context(args.bench);
-  auto results = suite.run(context);
-  if (args.json) {
-    std::cout << bench::to_json(suite.name(), results).dump(2) << "\n";
-  } else {
-    std::cout << bench::render_text(suite.name(), results);
-  }
+  auto results = run_and_print(suite, args.bench, args.json);
   return bench::loader::exit_code_for(results);
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_run.hpp"
 #include "command_registry.hpp"
 #include "gpuopt/bench/pcie.hpp"
 
@@ -55,14 +56,8 @@ int run_bench_pcie(const PcieArgs& args) {
     std::fprintf(stderr, "gpuopt bench pcie: --samples must be positive\n");
     return kExitToolFailed;
   }
-  bench::BenchContext context(options);
   const bench::Suite suite = bench::pcie::make_suite(options);
-  const std::vector<bench::TestcaseResult> results = suite.run(context);
-  if (args.json) {
-    std::printf("%s\n", bench::to_json(suite.name(), results).dump(2).c_str());
-  } else {
-    std::printf("%s", bench::render_text(suite.name(), results).c_str());
-  }
+  const std::vector<bench::TestcaseResult> results = run_and_print(suite, options, args.json);
   return bench::pcie::exit_code_for(results);
 }
 

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "bench_run.hpp"
 #include "command_registry.hpp"
 #include "gpuopt/bench/scaler.hpp"
 
@@ -21,14 +22,8 @@ int run_bench_scaler(const ScalerArgs& args) {
   options.quick = args.quick;
   options.samples = args.samples;
   options.device = args.device;
-  bench::BenchContext context(options);
   const bench::Suite suite = bench::scaler::make_suite();
-  const std::vector<bench::TestcaseResult> results = suite.run(context);
-  if (args.json) {
-    std::printf("%s\n", bench::to_json(suite.name(), results).dump(2).c_str());
-  } else {
-    std::printf("%s", bench::render_text(suite.name(), results).c_str());
-  }
+  const std::vector<bench::TestcaseResult> results = run_and_print(suite, options, args.json);
   return bench::scaler::exit_code_for(results);
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_run.hpp"
 #include "command_registry.hpp"
 #include "gpuopt/bench/streams.hpp"
 
@@ -25,14 +26,8 @@ int run_bench_streams(const StreamsArgs& args) {
   options.samples = args.samples;
   options.device = args.device;
   options.only = args.only;
-  bench::BenchContext context(options);
   const bench::Suite suite = bench::streams::make_suite();
-  const std::vector<bench::TestcaseResult> results = suite.run(context);
-  if (args.json) {
-    std::printf("%s\n", bench::to_json(suite.name(), results).dump(2).c_str());
-  } else {
-    std::printf("%s", bench::render_text(suite.name(), results).c_str());
-  }
+  const std::vector<bench::TestcaseResult> results = run_and_print(suite, options, args.json);
   return bench::streams::exit_code_for(results);
 }
 

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench_run.hpp"
 #include "command_registry.hpp"
 #include "gpuopt/bench/vector.hpp"
 
@@ -45,13 +45,7 @@ int run_bench_vector(const VectorBenchArgs& args) {
     }
   }
   bench::Suite suite = vb::make_suite(args.bench, args.vector);
-  bench::BenchContext context(args.bench);
-  auto results = suite.run(context);
-  if (args.json) {
-    std::cout << bench::to_json(suite.name(), results).dump(2) << "\n";
-  } else {
-    std::cout << bench::render_text(suite.name(), results);
-  }
+  auto results = run_and_print(suite, args.bench, args.json);
   return vb::exit_code_for(results);
 }
 
