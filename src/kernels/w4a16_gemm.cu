@@ -11,9 +11,12 @@
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
+#include "w4a16_device.cuh"
+#include "w4a16_paths.hpp"
 
 namespace gpuopt::kernels {
 namespace {
+using namespace w4a16_detail;  // NOLINT: the kernels below are written in its terms
 
 // fmt's headers do not compile under nvcc here, so messages are built from pieces.
 std::string piece(const char* value) { return value; }
@@ -24,200 +27,6 @@ std::string piece(Number value) {
 template <typename... Args>
 std::string text(const Args&... args) {
   return (std::string() + ... + piece(args));
-}
-
-// ---- device helpers ----
-
-template <typename T>
-struct TypeTraits;
-template <>
-struct TypeTraits<__half> {
-  using Pair = __half2;
-  // 0x6400 is 1024.0: OR-ing a nibble into the low mantissa bits gives 1024 + q exactly.
-  static constexpr std::uint32_t kMagic = 0x64006400u;
-};
-template <>
-struct TypeTraits<__nv_bfloat16> {
-  using Pair = __nv_bfloat162;
-  // 0x4300 is 128.0 in bf16 (7 mantissa bits): 128 + q is exact for q < 16.
-  static constexpr std::uint32_t kMagic = 0x43004300u;
-};
-
-__device__ __forceinline__ std::uint32_t and_or(std::uint32_t a, std::uint32_t b, std::uint32_t c) {
-  std::uint32_t d;
-  // (a & b) | c in one instruction.
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-template <typename Pair>
-__device__ __forceinline__ Pair as_pair(std::uint32_t bits) {
-  return *reinterpret_cast<Pair*>(&bits);
-}
-template <typename Pair>
-__device__ __forceinline__ std::uint32_t as_bits(Pair pair) {
-  return *reinterpret_cast<std::uint32_t*>(&pair);
-}
-
-__device__ __forceinline__ std::uint64_t evict_first_policy() {
-  std::uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-__device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool valid) {
-  const std::uint32_t address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
-  const int bytes = valid ? 16 : 0;  // 0 = zero-fill the destination
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global),
-               "r"(bytes));
-}
-
-__device__ __forceinline__ void copy_async_16_streaming(void* shared, const void* global,
-                                                        std::uint64_t policy) {
-  const std::uint32_t address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(address),
-               "l"(global), "l"(policy));
-}
-
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;"); }
-
-template <int kPending>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
-}
-
-__device__ __forceinline__ void load_matrix_x4(std::uint32_t* fragment, const void* shared) {
-  const std::uint32_t address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
-               : "r"(address));
-}
-
-// Two 8x8 matrices: lanes 0-7 address the first, 8-15 the second.
-__device__ __forceinline__ void load_matrix_x2(std::uint32_t* fragment, const void* shared) {
-  const std::uint32_t address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
-               : "=r"(fragment[0]), "=r"(fragment[1])
-               : "r"(address));
-}
-
-template <typename T>
-__device__ __forceinline__ void mma_16816(float* c, const std::uint32_t* a, std::uint32_t b0,
-                                          std::uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ typename TypeTraits<T>::Pair float2_to_pair(float a, float b);
-template <>
-__device__ __forceinline__ __half2 float2_to_pair<__half>(float a, float b) {
-  return __floats2half2_rn(a, b);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat162 float2_to_pair<__nv_bfloat16>(float a, float b) {
-  return __floats2bfloat162_rn(a, b);
-}
-template <typename T>
-__device__ __forceinline__ float bits_to_float(std::uint32_t bits) {
-  const unsigned short raw = static_cast<unsigned short>(bits);
-  if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(__ushort_as_half(raw));
-  } else {
-    return __bfloat162float(__ushort_as_bfloat16(raw));
-  }
-}
-template <typename T>
-__device__ __forceinline__ T float_to_value(float a) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(a);
-  } else {
-    return __float2bfloat16_rn(a);
-  }
-}
-
-// ---- Hopper bulk copies (cp.async.bulk + mbarrier): one lane per contiguous chunk ----
-
-// Used only by the sm_90 code below; unused (and so marked) when compiling for older archs.
-__device__ __forceinline__ __attribute__((unused)) std::uint32_t shared_address(
-    const void* pointer) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer));
-}
-
-__device__ __forceinline__ void barrier_init(std::uint64_t* barrier, int count) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)),
-               "r"(count));
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-
-// One arrival that also raises the phase's expected transaction bytes.
-__device__ __forceinline__ void barrier_arrive_expect(std::uint64_t* barrier, int bytes) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)),
-      "r"(bytes)
-      : "memory");
-#endif
-}
-
-__device__ __forceinline__ void barrier_arrive(std::uint64_t* barrier) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier))
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void barrier_wait(std::uint64_t* barrier, std::uint32_t parity) {
-#if __CUDA_ARCH__ >= 900
-  const std::uint32_t address = shared_address(barrier);
-  std::uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(address), "r"(parity)
-        : "memory");
-  } while (done == 0);
-#endif
-}
-
-// bytes (a multiple of 16, both addresses 16-byte aligned) from global into shared memory; the
-// barrier's transaction count drops by bytes when they have landed.
-__device__ __forceinline__ void bulk_copy(void* shared, const void* global, int bytes,
-                                          std::uint64_t* barrier, std::uint64_t policy) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
-      "[%1], %2, [%3], %4;" ::"r"(shared_address(shared)),
-      "l"(global), "r"(bytes), "r"(shared_address(barrier)), "l"(policy)
-      : "memory");
-#endif
-}
-
-// The same without the L2 hint: x is read by every column block, so it should stay in L2.
-__device__ __forceinline__ void bulk_copy(void* shared, const void* global, int bytes,
-                                          std::uint64_t* barrier) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(shared_address(shared)),
-      "l"(global), "r"(bytes), "r"(shared_address(barrier))
-      : "memory");
-#endif
 }
 
 // ---- the tensor-core kernel ----
@@ -1013,6 +822,13 @@ struct Plan {
   std::size_t workspace_bytes = 0;
 };
 
+// 0 = the original kernels, 4 = direct, 5 = wgmma. Never in deterministic mode (its k-split must
+// not depend on M) or when another path is forced.
+int choose_extra_kernel(const W4A16DeviceWeights&, int, const W4A16Options& options) {
+  if (options.deterministic || options.force_path >= 0) return 0;
+  return 0;
+}
+
 StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Options& options) {
   const W4A16DeviceWeights& w = *arguments.weights;
   const int m = arguments.m;
@@ -1055,6 +871,33 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
     return plan;
   }
   config.path = W4A16Path::kTensorCore;
+  // The direct and wgmma kernels, where forced (chosen by M in choose_extra_kernel below).
+  const int extra = options.force_path == 4 || options.force_path == 5
+                        ? options.force_path
+                        : choose_extra_kernel(w, m, options);
+  if (extra != 0) {
+    StatusOr<w4a16_detail::KernelPlan> kernel_plan = extra == 4
+                                                         ? w4a16_detail::plan_direct(w, m, device)
+                                                         : w4a16_detail::plan_wgmma(w, m, device);
+    if (!kernel_plan.ok() && options.force_path == extra) return kernel_plan.status();
+    if (kernel_plan.ok()) {
+      config.kernel = extra == 4 ? W4A16Kernel::kDirect : W4A16Kernel::kWgmma;
+      config.variant = kernel_plan->variant;
+      config.blocks = kernel_plan->blocks;
+      config.threads = kernel_plan->threads;
+      config.blocks_per_sm = kernel_plan->blocks_per_sm;
+      config.splits = kernel_plan->splits;
+      config.tiles = kernel_plan->tiles;
+      config.shared_bytes = kernel_plan->shared_bytes;
+      config.note = kernel_plan->describe;
+      plan.partial_offset = offset;
+      offset = align_up(offset + kernel_plan->workspace_bytes);
+      plan.counters_offset = offset;
+      plan.workspace_bytes = offset;
+      return plan;
+    }
+  }
+  config.kernel = swapped ? W4A16Kernel::kSwapped : W4A16Kernel::kXRows;
   config.m_tiles = m_tiles;
   config.swapped = swapped;
   if (swapped) {
@@ -1299,6 +1142,21 @@ Status W4A16Gemm::run(StreamHandle stream) {
                                       data, w.k, x, data, w.k, &beta, arguments_.y, data, w.n,
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                          "cublasGemmEx (W4A16 fallback)");
+  }
+
+  if (config_.kernel == W4A16Kernel::kDirect || config_.kernel == W4A16Kernel::kWgmma) {
+    w4a16_detail::KernelPlan plan;
+    plan.variant = config_.variant;
+    plan.blocks = config_.blocks;
+    plan.threads = config_.threads;
+    plan.blocks_per_sm = config_.blocks_per_sm;
+    plan.splits = config_.splits;
+    plan.tiles = config_.tiles;
+    plan.shared_bytes = config_.shared_bytes;
+    void* kernel_workspace = base + plan_offsets_[0];
+    return config_.kernel == W4A16Kernel::kDirect
+               ? w4a16_detail::run_direct(plan, w, m, x, arguments_.y, kernel_workspace, stream)
+               : w4a16_detail::run_wgmma(plan, w, m, x, arguments_.y, kernel_workspace, stream);
   }
 
   KernelParams params{};

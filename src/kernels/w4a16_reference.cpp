@@ -33,6 +33,7 @@ const char* pipeline_name(int pipeline) {
 
 std::string W4A16Config::describe() const {
   if (path == W4A16Path::kDequantCublas) return "dequant+cublas";
+  if (kernel == W4A16Kernel::kDirect || kernel == W4A16Kernel::kWgmma) return note;
   return fmt::format("mma{} m{}xn{} {}thr {}st{} grid{} ({}/SM){}", swapped ? "(w.x)" : "", block_m,
                      block_n, threads, stages, pipeline_name(pipeline), blocks, blocks_per_sm,
                      splits > 0 ? fmt::format(" deterministic {} splits", splits) : "");

@@ -85,10 +85,17 @@ class W4A16DeviceWeights {
 };
 
 enum class W4A16Path { kTensorCore, kDequantCublas };
+// Which tensor-core kernel (W4A16Path::kTensorCore): x rows as the mma A operand, the weights as A
+// with shared-memory stages (swapped), the weights streamed straight into registers (direct), or
+// Hopper wgmma. docs/w4a16-gemm.md describes each.
+enum class W4A16Kernel { kXRows, kSwapped, kDirect, kWgmma };
 
 // What run() will do; chosen in initialize() from (M, N, K, SM count, occupancy).
 struct W4A16Config {
   W4A16Path path = W4A16Path::kTensorCore;
+  W4A16Kernel kernel = W4A16Kernel::kXRows;
+  int variant = 0;       // direct/wgmma: the template instance
+  std::string note;      // direct/wgmma: their own description
   bool swapped = false;  // weights as the mma A operand, x rows as B (small M)
   int m_tiles = 1;       // mma tiles of x rows per block (1, 2 or 4): 16 rows, 8 when swapped
   int block_m = 16;      // x rows per block
@@ -115,7 +122,8 @@ struct W4A16Options {
   int fallback_min_m = 0;
   // Forces a path for tests and benchmarks: -1 = choose, 0 = tensor cores (kernel chosen by M),
   // 1 = dequantise + cuBLAS, 2 = tensor cores with x rows as the mma A operand, 3 = tensor cores
-  // with the weights as A (the small-M kernel).
+  // with the weights as A (shared-memory stages), 4 = the direct kernel (weights streamed into
+  // registers), 5 = the Hopper wgmma kernel. 4 and 5 fail in initialize() where they do not apply.
   int force_path = -1;
   // Overrides the stream-K grid (0 = occupancy x SMs). Ignored when `deterministic`.
   int force_blocks = 0;
@@ -158,7 +166,8 @@ class W4A16Gemm {
   Arguments arguments_;
   W4A16Config config_;
   void* workspace_ = nullptr;
-  std::size_t plan_offsets_[4] = {};  // partials, counters, permuted x, dense weight
+  std::size_t plan_offsets_[4] = {};  // partials (or direct/wgmma workspace), counters, permuted
+                                      // x, dense weight
   void* cublas_ = nullptr;            // cublasHandle_t for the fallback path
 };
 

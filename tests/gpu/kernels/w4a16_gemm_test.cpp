@@ -9,6 +9,7 @@
 #include "common/test_support.hpp"
 #include "gpuopt/kernels/quant_formats.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
+#include "w4a16_check.hpp"
 
 #if GPUOPT_CUDA
 #include <cuda_runtime_api.h>
@@ -16,120 +17,7 @@
 namespace gpuopt::kernels {
 namespace {
 
-struct Format {
-  const char* name;
-  QuantFormat format;
-  GptqZeros zeros;
-  bool has_zeros;
-  bool act_order;
-};
-constexpr Format kFormats[] = {
-    {"gptq_sym", QuantFormat::kGptq, GptqZeros::kV1MinusOne, false, false},
-    {"gptq_v1_zp", QuantFormat::kGptq, GptqZeros::kV1MinusOne, true, false},
-    {"gptq_v2_actorder", QuantFormat::kGptq, GptqZeros::kV2, true, true},
-    {"awq", QuantFormat::kAwq, GptqZeros::kV2, true, false},
-};
-
-struct Case {
-  ActivationType type;
-  Format format;
-  int group_size;  // -1 = per-channel
-  int m, k, n;
-  W4A16Options options;
-};
-
-std::string case_name(const Case& c) {
-  return std::string(activation_type_name(c.type)) + "_" + c.format.name + "_g" +
-         (c.group_size < 0 ? std::string("channel") : std::to_string(c.group_size)) + "_m" +
-         std::to_string(c.m) + "_k" + std::to_string(c.k) + "_n" + std::to_string(c.n) +
-         (c.options.force_path == 1  ? "_cublas"
-          : c.options.force_path > 1 ? "_path" + std::to_string(c.options.force_path)
-                                     : "") +
-         (c.options.force_blocks > 0 ? "_grid" + std::to_string(c.options.force_blocks) : "");
-}
-
-struct Device {
-  cudaStream_t stream = nullptr;
-  std::vector<void*> buffers;
-  ~Device() {
-    for (void* b : buffers) cudaFree(b);
-    if (stream != nullptr) cudaStreamDestroy(stream);
-  }
-  void* allocate(std::size_t bytes) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, std::max<std::size_t>(bytes, 256)), cudaSuccess);
-    buffers.push_back(p);
-    return p;
-  }
-};
-
-// Builds the layer through the checkpoint format (pack, unpack), runs it `runs` times (the
-// stream-K workspace must be left clean), and compares each output with the CPU twin.
-void check_case(const Case& c, int runs = 1) {
-  std::random_device seed_source;
-  const std::uint64_t seed = (static_cast<std::uint64_t>(seed_source()) << 32) | seed_source();
-  SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
-  const UnpackedLayer layer =
-      random_unpacked_layer(c.k, c.n, c.group_size, c.format.has_zeros, c.format.act_order, seed);
-  auto packed = pack_checkpoint_layer(layer, c.format.format, c.format.zeros);
-  ASSERT_TRUE(packed.ok()) << packed.status().to_string();
-  auto unpacked = unpack_checkpoint_layer(*packed);
-  ASSERT_TRUE(unpacked.ok()) << unpacked.status().to_string();
-  auto weights = repack_for_kernel(*unpacked, c.type);
-  ASSERT_TRUE(weights.ok()) << weights.status().to_string();
-
-  std::mt19937 random(static_cast<unsigned>(seed));
-  std::vector<std::uint16_t> x(static_cast<std::size_t>(c.m) * c.k);
-  for (auto& v : x) {
-    const float value = std::uniform_real_distribution<float>(-1, 1)(random);
-    v = c.type == ActivationType::kFloat16 ? float_to_fp16_bits(value) : float_to_bf16_bits(value);
-  }
-  const std::vector<float> expected = w4a16_reference(*weights, x.data(), c.m);
-
-  Device device;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&device.stream, cudaStreamNonBlocking), cudaSuccess);
-  auto device_weights = W4A16DeviceWeights::upload(*weights, device.stream);
-  ASSERT_TRUE(device_weights.ok()) << device_weights.status().to_string();
-  void* dx = device.allocate(x.size() * 2);
-  const std::size_t y_bytes = static_cast<std::size_t>(c.m) * c.n * 2;
-  void* dy = device.allocate(y_bytes);
-  ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-
-  W4A16Gemm gemm(c.options);
-  W4A16Gemm::Arguments arguments{c.m, dx, dy, &*device_weights};
-  ASSERT_TRUE(W4A16Gemm::can_implement(arguments).ok());
-  auto workspace_bytes = gemm.workspace_size(arguments);
-  ASSERT_TRUE(workspace_bytes.ok()) << workspace_bytes.status().to_string();
-  void* workspace = device.allocate(*workspace_bytes);
-  ASSERT_TRUE(gemm.initialize(arguments, workspace, device.stream).ok());
-  if (c.options.force_path == 1) {
-    EXPECT_EQ(gemm.config().path, W4A16Path::kDequantCublas);
-  }
-
-  const double tolerance = c.type == ActivationType::kFloat16 ? 1e-3 : 5e-3;
-  for (int run = 0; run < runs; ++run) {
-    // Poison: 0xFFFF is NaN in fp16 and bf16, so an unwritten element fails the comparison.
-    ASSERT_EQ(cudaMemsetAsync(dy, 0xff, y_bytes, device.stream), cudaSuccess);
-    const Status status = gemm.run(device.stream);
-    ASSERT_TRUE(status.ok()) << status.to_string();
-    std::vector<std::uint16_t> y(static_cast<std::size_t>(c.m) * c.n);
-    ASSERT_EQ(cudaMemcpyAsync(y.data(), dy, y_bytes, cudaMemcpyDeviceToHost, device.stream),
-              cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(device.stream), cudaSuccess);
-    double diff = 0, norm = 0;
-    std::size_t non_finite = 0;
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      const float actual =
-          c.type == ActivationType::kFloat16 ? fp16_bits_to_float(y[i]) : bf16_bits_to_float(y[i]);
-      if (!std::isfinite(actual)) ++non_finite;
-      diff += (actual - expected[i]) * static_cast<double>(actual - expected[i]);
-      norm += static_cast<double>(expected[i]) * expected[i];
-    }
-    EXPECT_EQ(non_finite, 0u) << "run " << run << " config " << gemm.config().describe();
-    const double relative = std::sqrt(diff / norm);
-    EXPECT_LT(relative, tolerance) << "run " << run << " config " << gemm.config().describe();
-  }
-}
+using namespace w4a16_test;  // NOLINT: Format, Case, check_case
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
@@ -182,6 +70,28 @@ TEST(W4A16GemmGpuKernels, BothKernelFamiliesAtAnyM) {
       options.force_path = path;
       check_case({ActivationType::kFloat16, kFormats[1], 32, m, 1024, 512, options}, 2);
       check_case({ActivationType::kBFloat16, kFormats[2], 64, m, 512, 320, options});
+    }
+  }
+}
+
+// The direct kernel (weights streamed into registers, M <= 16): every format and group size, 8-
+// and 16-row variants, odd M, N not a multiple of 256 (idle warps in the last strip group), K not a
+// multiple of 128, one k-split and many; each run twice (the split workspace must be left clean).
+TEST(W4A16GemmGpuKernels, DirectKernelMatchesTwin) {
+  GPUOPT_REQUIRE_GPU();
+  W4A16Options options;
+  options.force_path = 4;
+  const int shapes[][2] = {{1024, 512}, {512, 320}, {4096, 256}, {192, 64}, {2048, 1344}};
+  int i = 0;
+  for (ActivationType type : {ActivationType::kFloat16, ActivationType::kBFloat16}) {
+    for (const Format& format : kFormats) {
+      for (int group : {32, 64, 128, -1}) {
+        for (int m : {1, 5, 8, 9, 16}) {
+          const auto& shape = shapes[i++ % 5];
+          if (group > 0 && shape[0] % group != 0) continue;
+          check_case({type, format, group, m, shape[0], shape[1], options}, 2);
+        }
+      }
     }
   }
 }
