@@ -1,15 +1,710 @@
-// Hopper (sm_90a) W4A16 kernel on wgmma for larger M. Placeholder until it is written: refuses.
+// Hopper W4A16 kernel for M = 32..256+: the int4 weights, dequantised and scaled in registers, are
+// the A operand of wgmma (the "RS" form: A from registers, B = x tokens from shared memory), so the
+// tensor cores run at wgmma rates instead of mma.sync's. docs/w4a16-gemm.md, "Hopper wgmma kernel".
+//
+// wgmma needs the arch-specific sm_90a target: src/kernels/CMakeLists.txt compiles this file with
+// 90a in place of 90 and defines GPUOPT_WGMMA_SM90A; without it the kernel body is empty and
+// plan_wgmma refuses.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "gpuopt/core/cuda_check.hpp"
+#include "w4a16_device.cuh"
 #include "w4a16_paths.hpp"
 
-namespace gpuopt::kernels::w4a16_detail {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GPUOPT_WGMMA_DEVICE 1
+#else
+#define GPUOPT_WGMMA_DEVICE 0
+#endif
 
-StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights&, int, int) {
-  return Status(StatusCode::kFailedPrecondition, "W4A16 wgmma kernel: not built yet");
+namespace gpuopt::kernels::w4a16_detail {
+namespace {
+
+// A block covers 4 strips (256 columns) x kTokens tokens of one k-split. Its warpgroups split the
+// strips (kStrips each) and share the x tile in shared memory.
+constexpr int kBlockStrips = 4;
+constexpr int kBlockColumns = kBlockStrips * kTileN;
+constexpr int kStageTiles = kStageK / kTileK;  // k16 tiles per 64-k stage
+
+struct WgmmaParams {
+  const void* x;  // [M][K]
+  void* y;        // [M][N]
+  const uint4* tiles;
+  const std::uint16_t* scales;  // [G][strips][8 (g)][8 (j)]
+  const std::uint8_t* zeros;    // same layout, or null
+  float* partial;               // [M][N] fp32, zero between runs
+  int* counters;                // [column tiles x token tiles], zero between runs
+  int m, n, k;
+  int group_tiles;  // k16 tiles per quantization group
+  int strips;       // N / 64
+  int k_tiles;      // K / 16
+  int k_stages;     // K / 64
+  int splits;       // k-splits per output tile
+  int token_tiles;  // ceil(M / kTokens)
+};
+
+// One pipeline stage in shared memory (offsets in bytes; the x tile first, 1024-aligned for the
+// 128-byte swizzle):
+//   x       [kTokens][64 k] fp16/bf16, row r's 16-byte chunk c at r*128 + ((c ^ r%8) * 16)
+//   weights [4 strips][4 k16 tiles][512 bytes]   (the global tile layout, strip-major)
+//   scales  [4 k16 tiles][4 strips][8 g][8 j]    (the group of each k16 tile)
+//   zeros   [4 k16 tiles][4 strips][8 g][8 j] bytes
+template <int kTokens>
+struct StageLayout {
+  static constexpr int kX = 0;
+  static constexpr int kWeights = kTokens * 128;
+  static constexpr int kScales = kWeights + kBlockStrips * kStageTiles * kTileBytes;
+  static constexpr int kZeros = kScales + kStageTiles * kBlockStrips * 64 * 2;
+  static constexpr int kBytes = kZeros + kStageTiles * kBlockStrips * 64;
+  static_assert(kBytes % 1024 == 0, "stages must keep the x tile 1024-byte aligned");
+};
+
+#if GPUOPT_WGMMA_DEVICE
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accumulator reads/writes across the asynchronous wgmma.
+__device__ __forceinline__ void pin(float& value) { asm volatile("" : "+f"(value)::"memory"); }
+
+// Writes by the generic proxy (cp.async) made visible to the async proxy (wgmma's operand reads).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-Status run_wgmma(const KernelPlan&, const W4A16DeviceWeights&, int, const void*, void*, void*,
-                 StreamHandle) {
-  return Status(StatusCode::kFailedPrecondition, "W4A16 wgmma kernel: not built yet");
+// 16 bytes global -> shared with an L2 policy; src_bytes 0 zero-fills.
+__device__ __forceinline__ void copy_16_hint(std::uint32_t shared, const void* global,
+                                             int src_bytes, std::uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(shared),
+               "l"(global), "r"(src_bytes), "l"(policy));
+}
+__device__ __forceinline__ void copy_16(std::uint32_t shared, const void* global, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global),
+               "r"(src_bytes));
+}
+
+// wgmma m64nNk16, A (4 registers per thread: the mma.m16n8k16 A fragment of the warp's 16 rows),
+// B from a shared-memory descriptor (K-major, 128-byte swizzle), D += A * B in fp32.
+template <typename T, int kN>
+__device__ __forceinline__ void wgmma_rs(float* d, const std::uint32_t* a, std::uint64_t desc);
+
+template <>
+__device__ __forceinline__ void wgmma_rs<__half, 32>(float* d, const std::uint32_t* a,
+                                                     std::uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs<__half, 64>(float* d, const std::uint32_t* a,
+                                                     std::uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs<__half, 128>(float* d, const std::uint32_t* a,
+                                                      std::uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 32>(float* d, const std::uint32_t* a,
+                                                            std::uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 64>(float* d, const std::uint32_t* a,
+                                                            std::uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+      : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 128>(float* d, const std::uint32_t* a,
+                                                             std::uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
+      : "memory");
+}
+
+// Per-group constants of the kS words a warp decodes: entry 2i is for rows g of wgmma i (column
+// 16(word_base + i) + g of the strip, j = 2(word_base + i)), entry 2i + 1 for rows g + 8 (j + 1).
+template <int kS>
+struct Constants {
+  std::uint32_t scale[2 * kS];  // scale pairs
+  std::uint32_t sub[2 * kS];    // pairs of fp16 1024 + zero, bf16 128 + zero
+};
+
+template <typename T, int kTokens, int kS, bool kZeros>
+__device__ __forceinline__ void load_constants(const unsigned char* stage, int kk, int strip_local,
+                                               int word_base, int g, Constants<kS>& out) {
+  using Layout = StageLayout<kTokens>;
+  const int entry = (kk * kBlockStrips + strip_local) * 64 + g * 8 + 2 * word_base;
+  std::uint32_t scale_words[kS];
+  if constexpr (kS == 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(stage + Layout::kScales + entry * 2);
+    scale_words[0] = v.x;
+    scale_words[1] = v.y;
+    scale_words[2] = v.z;
+    scale_words[3] = v.w;
+  } else {
+    static_assert(kS == 2, "a warp decodes 2 or 4 words of its lane's 16 bytes");
+    const uint2 v = *reinterpret_cast<const uint2*>(stage + Layout::kScales + entry * 2);
+    scale_words[0] = v.x;
+    scale_words[1] = v.y;
+  }
+  std::uint32_t zero_words[2] = {0x08080808u, 0x08080808u};  // symmetric: zero 8
+  if constexpr (kZeros) {
+    if constexpr (kS == 4) {
+      const uint2 v = *reinterpret_cast<const uint2*>(stage + Layout::kZeros + entry);
+      zero_words[0] = v.x;
+      zero_words[1] = v.y;
+    } else {
+      zero_words[0] = *reinterpret_cast<const std::uint32_t*>(stage + Layout::kZeros + entry);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 2 * kS; ++e) {
+    out.scale[e] = __byte_perm(scale_words[e / 2], 0, e % 2 == 0 ? 0x1010 : 0x3232);
+    const std::uint32_t zero = (zero_words[e / 4] >> (8 * (e % 4))) & 0xffu;
+    // The magic number plus zero, built like the weights: 1024 + zero (fp16), 128 + zero (bf16).
+    out.sub[e] = TypeTraits<T>::kMagic | (zero * 0x00010001u);
+  }
+}
+
+// Word `word` of a lane's 16 bytes -> the A fragment {a0, a1, a2, a3} of its m16 tile (as in
+// w4a16_direct.cu: nibbles 0/4 -> a0, 1/5 -> a2, 2/6 -> a1, 3/7 -> a3), times the group scale:
+// (q - zero) is exact, the scale multiply the only rounding (as in the CPU twin).
+template <typename T, int kS>
+__device__ __forceinline__ void dequantize_scaled(std::uint32_t word, const Constants<kS>& k, int i,
+                                                  std::uint32_t* a) {
+  using Pair = typename TypeTraits<T>::Pair;
+  const Pair s0 = as_pair<Pair>(k.scale[2 * i]);
+  const Pair s1 = as_pair<Pair>(k.scale[2 * i + 1]);
+  // Each nibble moved to bits 0-3 of its half first (the fp16 ">> 4 and multiply by 1/16" variant
+  // of the other kernels needs a third constant per column, and registers are what limit us here).
+  const std::uint32_t magic = TypeTraits<T>::kMagic;
+  const std::uint32_t v0 = and_or(word, 0x000f000fu, magic);
+  const std::uint32_t v1 = and_or(word >> 4, 0x000f000fu, magic);
+  const std::uint32_t v2 = and_or(word >> 8, 0x000f000fu, magic);
+  const std::uint32_t v3 = and_or(word >> 12, 0x000f000fu, magic);
+  a[0] = as_bits(__hmul2(__hsub2(as_pair<Pair>(v0), as_pair<Pair>(k.sub[2 * i])), s0));
+  a[2] = as_bits(__hmul2(__hsub2(as_pair<Pair>(v1), as_pair<Pair>(k.sub[2 * i])), s0));
+  a[1] = as_bits(__hmul2(__hsub2(as_pair<Pair>(v2), as_pair<Pair>(k.sub[2 * i + 1])), s1));
+  a[3] = as_bits(__hmul2(__hsub2(as_pair<Pair>(v3), as_pair<Pair>(k.sub[2 * i + 1])), s1));
+}
+#endif  // GPUOPT_WGMMA_DEVICE
+
+// kWarpgroups x kS = 4 strips per block; kTokens tokens per block (the wgmma N); kStages 64-k
+// shared-memory stages, kStages - 2 in flight (a slot is refilled two stages after its last
+// wgmma was issued, so one wgmma group may still be running on the previous slot).
+//
+// Warp w of a warpgroup loads the kS words [word_base, word_base + kS) of its lane's 16 bytes of
+// strip w % kS (word_base = (w / kS) * kS), and wgmma i takes word word_base + i from every warp:
+// its 64 rows are, per warp, the 16 columns 16(word_base + i)..+15 of that warp's strip. So every
+// weight byte in shared memory is read once, by one lane, with one LDS.
+template <typename T, int kWarpgroups, int kS, int kTokens, int kStages, int kMinBlocks,
+          bool kZeros>
+__global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
+    k_w4a16_wgmma(const WgmmaParams p) {
+#if GPUOPT_WGMMA_DEVICE
+  using Layout = StageLayout<kTokens>;
+  constexpr int kThreads = 128 * kWarpgroups;
+  static_assert(kWarpgroups * kS == kBlockStrips, "a block covers 4 strips");
+  static_assert(kStages >= 3, "one stage computing, one draining, one or more loading");
+  extern __shared__ unsigned char shared_raw[];
+  __shared__ int is_last;
+  // The 128-byte swizzle repeats every 1024 bytes: stage bases must be 1024-aligned.
+  const std::uint32_t raw_address = shared_address(shared_raw);
+  const std::uint32_t base_address = (raw_address + 1023u) & ~1023u;
+  unsigned char* const base = shared_raw + (base_address - raw_address);
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int w = warp % 4;
+  const int g = lane / 4;
+  const int c = lane % 4;
+  const int strip_local = (warp / 4) * kS + w % kS;
+  const int word_base = (w / kS) * kS;
+
+  int b = blockIdx.x;
+  const int token_tile = b % p.token_tiles;
+  b /= p.token_tiles;
+  const int split = b % p.splits;
+  const int column_tile = b / p.splits;
+  const int token0 = token_tile * kTokens;
+  const int first_strip = column_tile * kBlockStrips;
+  const int s0 = static_cast<int>(static_cast<long long>(split) * p.k_stages / p.splits);
+  const int s1 = static_cast<int>(static_cast<long long>(split + 1) * p.k_stages / p.splits);
+
+  const std::uint64_t policy = evict_first_policy();
+  const T* x = static_cast<const T*>(p.x);
+
+  auto load_stage = [&](int slot, int stage) {
+    const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
+    const int k0 = stage * kStageK;
+    const int t0 = stage * kStageTiles;
+    for (int q = tid; q < kTokens * 8; q += kThreads) {
+      const int r = q / 8;
+      const int chunk = q % 8;
+      const int token = token0 + r;
+      const bool valid = token < p.m;  // rows past M are zero
+      copy_16(slot_address + Layout::kX + r * 128 + ((chunk ^ (r % 8)) * 16),
+              x + static_cast<std::size_t>(valid ? token : 0) * p.k + k0 + chunk * 8,
+              valid ? 16 : 0);
+    }
+    for (int q = tid; q < kBlockStrips * kStageTiles * 32; q += kThreads) {
+      const int sl = q / (kStageTiles * 32);
+      const int kk = (q / 32) % kStageTiles;
+      const int chunk = q % 32;
+      const int strip = first_strip + sl;
+      const bool valid = strip < p.strips;  // the last column tile of N % 256 != 0
+      copy_16_hint(slot_address + Layout::kWeights + q * 16,
+                   p.tiles +
+                       (static_cast<std::size_t>(valid ? strip : 0) * p.k_tiles + t0 + kk) * 32 +
+                       chunk,
+                   valid ? 16 : 0, policy);
+    }
+    for (int q = tid; q < kStageTiles * kBlockStrips * 8; q += kThreads) {
+      const int kk = q / (kBlockStrips * 8);
+      const int sl = (q / 8) % kBlockStrips;
+      const int chunk = q % 8;
+      const int strip = first_strip + sl;
+      const bool valid = strip < p.strips;
+      const int group = (t0 + kk) / p.group_tiles;
+      copy_16(slot_address + Layout::kScales + q * 16,
+              p.scales + (static_cast<std::size_t>(group) * p.strips + (valid ? strip : 0)) * 64 +
+                  chunk * 8,
+              valid ? 16 : 0);
+    }
+    if constexpr (kZeros) {
+      for (int q = tid; q < kStageTiles * kBlockStrips * 4; q += kThreads) {
+        const int kk = q / (kBlockStrips * 4);
+        const int sl = (q / 4) % kBlockStrips;
+        const int chunk = q % 4;
+        const int strip = first_strip + sl;
+        const bool valid = strip < p.strips;
+        const int group = (t0 + kk) / p.group_tiles;
+        copy_16(slot_address + Layout::kZeros + q * 16,
+                p.zeros + (static_cast<std::size_t>(group) * p.strips + (valid ? strip : 0)) * 64 +
+                    chunk * 16,
+                valid ? 16 : 0);
+      }
+    }
+  };
+
+  float acc[kS][kTokens / 2];
+#pragma unroll
+  for (int i = 0; i < kS; ++i) {
+#pragma unroll
+    for (int e = 0; e < kTokens / 2; ++e) acc[i][e] = 0.0f;
+  }
+  Constants<kS> constants;
+  std::uint32_t a[2][kS][4];
+
+#pragma unroll
+  for (int i = 0; i < kStages - 2; ++i) {
+    if (s0 + i < s1) load_stage(i, s0 + i);
+    copy_async_commit();
+  }
+
+  // Shared-memory matrix descriptor: 128-byte swizzle (bits 62-63 = 1), 8-row groups 1024 bytes
+  // apart (stride, bits 32-45), leading offset unused for swizzled K-major (1), start address
+  // >> 4 in bits 0-13; a k16 step inside the 64-k row adds 32 bytes to the start.
+  const std::uint64_t descriptor_base =
+      (1ull << 62) | (static_cast<std::uint64_t>(1024 >> 4) << 32) | (1ull << 16);
+  int left = 0;  // k16 tiles left in the group whose constants are loaded
+  int slot = 0;
+  for (int stage = s0; stage < s1; ++stage) {
+    copy_async_wait<kStages - 3>();
+    fence_proxy_async();
+    __syncthreads();
+    // Refill the slot of stage - 2: its wgmmas completed (at most the last group of stage - 1 is
+    // still running), and every warp has read its weights and constants (the barrier above).
+    {
+      const int next = stage + kStages - 2;
+      if (next < s1)
+        load_stage(slot + kStages - 2 >= kStages ? slot - 2 : slot + kStages - 2, next);
+      copy_async_commit();
+    }
+    const unsigned char* stage_memory = base + slot * Layout::kBytes;
+    const std::uint32_t x_address = base_address + slot * Layout::kBytes + Layout::kX;
+#pragma unroll
+    for (int kk = 0; kk < kStageTiles; ++kk) {
+      if (left == 0) {
+        const int t = stage * kStageTiles + kk;
+        load_constants<T, kTokens, kS, kZeros>(stage_memory, kk, strip_local, word_base, g,
+                                               constants);
+        left = p.group_tiles - t % p.group_tiles;
+      }
+      --left;
+      std::uint32_t words[kS];
+      const unsigned char* weights = stage_memory + Layout::kWeights +
+                                     (strip_local * kStageTiles + kk) * kTileBytes + lane * 16 +
+                                     word_base * 4;
+      if constexpr (kS == 4) {
+        const uint4 v = *reinterpret_cast<const uint4*>(weights);
+        words[0] = v.x;
+        words[1] = v.y;
+        words[2] = v.z;
+        words[3] = v.w;
+      } else {
+        const uint2 v = *reinterpret_cast<const uint2*>(weights);
+        words[0] = v.x;
+        words[1] = v.y;
+      }
+#pragma unroll
+      for (int i = 0; i < kS; ++i) dequantize_scaled<T, kS>(words[i], constants, i, a[kk % 2][i]);
+      wgmma_fence();
+      const std::uint64_t descriptor = descriptor_base | ((x_address + kk * 32) >> 4);
+#pragma unroll
+      for (int i = 0; i < kS; ++i) wgmma_rs<T, kTokens>(acc[i], a[kk % 2][i], descriptor);
+      wgmma_commit();
+      // The group of the previous k16 tile is done: its A registers may be rewritten.
+      wgmma_wait<1>();
+    }
+    slot = slot + 1 == kStages ? 0 : slot + 1;
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < kS; ++i) {
+#pragma unroll
+    for (int e = 0; e < kTokens / 2; ++e) pin(acc[i][e]);
+  }
+
+  // D fragment: acc[i][4 jn + e] is row 16 w + g + 8 (e / 2) of wgmma i (column
+  // 16 (word_base + i) + g + 8 (e / 2) of the strip), column (token) 8 jn + 2 c + e % 2.
+  T* y = static_cast<T*>(p.y);
+  const bool whole = p.splits == 1;
+  const int strip = first_strip + strip_local;
+  if (strip < p.strips) {
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+#pragma unroll
+      for (int jn = 0; jn < kTokens / 8; ++jn) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int token = token0 + 8 * jn + 2 * c + e % 2;
+          if (token >= p.m) continue;
+          const int column = strip * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
+          const std::size_t index = static_cast<std::size_t>(token) * p.n + column;
+          if (whole) {
+            y[index] = float_to_value<T>(acc[i][4 * jn + e]);
+          } else {
+            atomicAdd(p.partial + index, acc[i][4 * jn + e]);
+          }
+        }
+      }
+    }
+  }
+  if (whole) return;
+  // The block that completes the tile's count converts it and leaves the workspace zero.
+  const int tile = column_tile * p.token_tiles + token_tile;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int before = atomicAdd(p.counters + tile, 1);
+    is_last = before == p.splits - 1;
+    if (is_last) p.counters[tile] = 0;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const int first_column = first_strip * kTileN;
+  const int columns = min(kBlockColumns, p.n - first_column);
+  const int rows = min(kTokens, p.m - token0);
+  const int quads = rows * (columns / 4);
+  for (int q = tid; q < quads; q += kThreads) {
+    const int row = q / (columns / 4);
+    const int c4 = q - row * (columns / 4);
+    const std::size_t index = static_cast<std::size_t>(token0 + row) * p.n + first_column + c4 * 4;
+    float4* source = reinterpret_cast<float4*>(p.partial + index);
+    const float4 v = __ldcg(source);
+    __stcg(source, make_float4(0.f, 0.f, 0.f, 0.f));
+    using Pair = typename TypeTraits<T>::Pair;
+    Pair* target = reinterpret_cast<Pair*>(y + index);
+    target[0] = float2_to_pair<T>(v.x, v.y);
+    target[1] = float2_to_pair<T>(v.z, v.w);
+  }
+#endif  // GPUOPT_WGMMA_DEVICE
+}
+
+// ---- host side ----
+
+using WgmmaKernel = void (*)(WgmmaParams);
+
+struct WgmmaVariant {
+  WgmmaKernel function;
+  int warpgroups, tokens, stages;
+  std::size_t shared_bytes;
+};
+
+template <typename T, int kWarpgroups, int kS, int kTokens, int kStages, int kMinBlocks,
+          bool kZeros>
+WgmmaVariant make_variant() {
+  return {&k_w4a16_wgmma<T, kWarpgroups, kS, kTokens, kStages, kMinBlocks, kZeros>, kWarpgroups,
+          kTokens, kStages,
+          // + 1024: the kernel aligns the stages' base up to 1024 bytes.
+          static_cast<std::size_t>(kStages) * StageLayout<kTokens>::kBytes + 1024};
+}
+
+// 0: 32 tokens, 1 warpgroup x 4 strips; 1: 64 tokens, the same; 2: 128 tokens, 2 warpgroups x 2
+// strips (accumulators: 4 x 16, 4 x 32 and 2 x 64 fp32 per thread); 3, 4: 64 and 32 tokens with 2
+// warpgroups x 2 strips and <= 128 registers (2 blocks = 16 warps per SM, to hide latency).
+constexpr int kVariants = 5;
+
+template <typename T, bool kZeros>
+WgmmaVariant wgmma_variant(int variant) {
+  switch (variant) {
+    case 0:
+      return make_variant<T, 1, 4, 32, 6, 1, kZeros>();
+    case 1:
+      return make_variant<T, 1, 4, 64, 5, 1, kZeros>();
+    case 3:
+      return make_variant<T, 2, 2, 64, 5, 2, kZeros>();
+    case 4:
+      return make_variant<T, 2, 2, 32, 6, 2, kZeros>();
+    default:
+      return make_variant<T, 2, 2, 128, 5, 1, kZeros>();
+  }
+}
+
+WgmmaVariant wgmma_variant_for(ActivationType type, bool zeros, int variant) {
+  if (type == ActivationType::kFloat16) {
+    return zeros ? wgmma_variant<__half, true>(variant) : wgmma_variant<__half, false>(variant);
+  }
+  return zeros ? wgmma_variant<__nv_bfloat16, true>(variant)
+               : wgmma_variant<__nv_bfloat16, false>(variant);
+}
+
+int env_int(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  return std::atoi(value);
+}
+
+std::size_t align256(std::size_t value) { return (value + 255) / 256 * 256; }
+
+int column_tiles(const W4A16DeviceWeights& w) {
+  return (w.n / kTileN + kBlockStrips - 1) / kBlockStrips;
+}
+
+}  // namespace
+
+StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) {
+#if !defined(GPUOPT_WGMMA_SM90A)
+  (void)w;
+  (void)m;
+  (void)device;
+  return failed_precondition(
+      "W4A16 wgmma kernel: this build has no sm_90a code (wgmma needs the arch-specific target; "
+      "src/kernels/CMakeLists.txt adds it when CMAKE_CUDA_ARCHITECTURES lists 90)");
+#else
+  if (m < 1) return failed_precondition("W4A16 wgmma kernel: M=" + std::to_string(m) + " < 1");
+  int major = 0, minor = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) {
+    return failed_precondition(
+        "W4A16 wgmma kernel: needs compute capability 9.0 (sm_90a), this "
+        "GPU is " +
+        std::to_string(major) + "." + std::to_string(minor));
+  }
+  int variant = m <= 32 ? 0 : m <= 64 ? 1 : 2;
+  if (const int forced = env_int("GPUOPT_W4A16_WGMMA_VARIANT", -1);
+      forced >= 0 && forced < kVariants) {
+    variant = forced;
+  }
+  const WgmmaVariant kernel = wgmma_variant_for(w.type, w.has_zeros, variant);
+  cudaFuncAttributes attributes{};
+  GPUOPT_CUDA_TRY(
+      cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel.function)));
+  if (attributes.binaryVersion < 90) {
+    return failed_precondition("W4A16 wgmma kernel: the loaded code is for sm_" +
+                               std::to_string(attributes.binaryVersion) + ", not sm_90a");
+  }
+  int sms = 0, optin = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (kernel.shared_bytes > static_cast<std::size_t>(optin)) {
+    return failed_precondition("W4A16 wgmma kernel: needs " + std::to_string(kernel.shared_bytes) +
+                               " bytes of shared memory per block, this GPU gives " +
+                               std::to_string(optin));
+  }
+  const int threads = 128 * kernel.warpgroups;
+  GPUOPT_CUDA_TRY(cudaFuncSetAttribute(kernel.function, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kernel.shared_bytes)));
+  int per_sm = 0;
+  GPUOPT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel.function, threads,
+                                                                kernel.shared_bytes));
+  if (per_sm < 1) return internal_error("W4A16 wgmma kernel: 0 blocks per SM");
+
+  // k-splits: the fewest that fill one or more full waves to >= 85 % (more splits cost fp32
+  // partial traffic through L2 atomics), each split at least 4 stages long.
+  const int token_tiles = (m + kernel.tokens - 1) / kernel.tokens;
+  const int tiles = column_tiles(w) * token_tiles;
+  const int k_stages = w.k / kStageK;
+  const int slots = per_sm * sms;
+  const int max_splits = std::max(1, std::min(8, k_stages / 4));
+  int splits = 1;
+  double best = 0;
+  for (int s = 1; s <= max_splits; ++s) {
+    const long long blocks = static_cast<long long>(tiles) * s;
+    const long long waves = (blocks + slots - 1) / slots;
+    const double efficiency = static_cast<double>(blocks) / static_cast<double>(waves * slots);
+    if (efficiency > best + 0.02) {
+      best = efficiency;
+      splits = s;
+    }
+    if (efficiency >= 0.85) break;
+  }
+  if (const int forced = env_int("GPUOPT_W4A16_WGMMA_SPLITS", 0); forced > 0) {
+    splits = std::min(forced, k_stages);
+  }
+
+  KernelPlan plan;
+  plan.variant = variant;
+  plan.threads = threads;
+  plan.blocks_per_sm = per_sm;
+  plan.splits = splits;
+  plan.tiles = tiles;
+  plan.blocks = tiles * splits;
+  plan.shared_bytes = kernel.shared_bytes;
+  plan.workspace_bytes = splits > 1 ? align256(static_cast<std::size_t>(m) * w.n * sizeof(float)) +
+                                          static_cast<std::size_t>(tiles) * sizeof(int)
+                                    : 0;
+  plan.describe = "wgmma v" + std::to_string(variant) + " 256x" + std::to_string(kernel.tokens) +
+                  " " + std::to_string(threads) + "thr " + std::to_string(kernel.stages) +
+                  "st grid" + std::to_string(plan.blocks) + " (" + std::to_string(per_sm) +
+                  "/SM) " + std::to_string(splits) + " k-splits";
+  return plan;
+#endif
+}
+
+Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x, void* y,
+                 void* workspace, StreamHandle stream) {
+  if (plan.variant < 0 || plan.variant >= kVariants || plan.splits < 1) {
+    return failed_precondition("W4A16 wgmma kernel: run without a plan from plan_wgmma");
+  }
+  const WgmmaVariant kernel = wgmma_variant_for(w.type, w.has_zeros, plan.variant);
+  WgmmaParams p{};
+  p.x = x;
+  p.y = y;
+  p.tiles = static_cast<const uint4*>(w.tiles);
+  p.scales = static_cast<const std::uint16_t*>(w.scales);
+  p.zeros = static_cast<const std::uint8_t*>(w.zeros);
+  p.m = m;
+  p.n = w.n;
+  p.k = w.k;
+  p.group_tiles = w.group_size / kTileK;
+  p.strips = w.n / kTileN;
+  p.k_tiles = w.k / kTileK;
+  p.k_stages = w.k / kStageK;
+  p.splits = plan.splits;
+  p.token_tiles = (m + kernel.tokens - 1) / kernel.tokens;
+  if (plan.blocks != column_tiles(w) * p.token_tiles * plan.splits) {
+    return failed_precondition("W4A16 wgmma kernel: the plan was made for another M or layer");
+  }
+  if (plan.splits > 1) {
+    if (workspace == nullptr) return failed_precondition("W4A16 wgmma kernel: no workspace");
+    p.partial = static_cast<float*>(workspace);
+    p.counters = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) +
+                                        align256(static_cast<std::size_t>(m) * w.n * 4));
+  }
+  kernel.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);
+  GPUOPT_CUDA_TRY_LAUNCH();
+  return ok_status();
 }
 
 }  // namespace gpuopt::kernels::w4a16_detail

@@ -1,0 +1,118 @@
+// The Hopper wgmma W4A16 kernel (force_path 5) on the GPU against the CPU twin: fp16 and bf16,
+// every checkpoint format, group sizes 32/64/128/per-channel, M from 1 to 300, N not a multiple of
+// 256, K not a multiple of 128, every variant and forced k-splits, each run twice or more (the
+// split-K workspace must be left zero). Skips on GPUs other than compute capability 9.0.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/test_support.hpp"
+#include "gpuopt/kernels/quant_formats.hpp"
+#include "gpuopt/kernels/w4a16.hpp"
+#include "w4a16_check.hpp"
+
+#if GPUOPT_CUDA
+#include <cuda_runtime_api.h>
+
+namespace gpuopt::kernels {
+namespace {
+
+using namespace w4a16_test;  // NOLINT: Format, Case, check_case
+
+#define GPUOPT_REQUIRE_SM90()                                                              \
+  do {                                                                                     \
+    GPUOPT_REQUIRE_GPU();                                                                  \
+    int device_ = 0, major_ = 0, minor_ = 0;                                               \
+    ASSERT_EQ(cudaGetDevice(&device_), cudaSuccess);                                       \
+    ASSERT_EQ(cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, device_), \
+              cudaSuccess);                                                                \
+    ASSERT_EQ(cudaDeviceGetAttribute(&minor_, cudaDevAttrComputeCapabilityMinor, device_), \
+              cudaSuccess);                                                                \
+    if (major_ != 9 || minor_ != 0)                                                        \
+      GTEST_SKIP() << "wgmma kernel needs sm_90, not sm_" << major_ << minor_;             \
+  } while (0)
+
+// Sets an environment variable for one scope (the planner reads the variant and split overrides).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, int value) : name_(name) {
+    setenv(name, std::to_string(value).c_str(), 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+W4A16Options wgmma_options() {
+  W4A16Options options;
+  options.force_path = 5;
+  return options;
+}
+
+std::vector<Case> format_cases() {
+  std::vector<Case> cases;
+  const int ms[] = {32, 33, 64, 100, 128, 256, 300};
+  // (K, N): 576 and 832 are not multiples of 128; 320, 704 and 448 not multiples of 256.
+  const int shapes[][2] = {{512, 256}, {576, 320}, {1024, 704}, {832, 448}, {2048, 512}};
+  int i = 0;
+  for (ActivationType type : {ActivationType::kFloat16, ActivationType::kBFloat16}) {
+    for (const Format& format : kFormats) {
+      for (int group : {32, 64, 128, -1}) {
+        // The next shape whose K the group divides (576 and 832 are not multiples of 128).
+        int s = i % 5;
+        while (group > 0 && shapes[s][0] % group != 0) s = (s + 1) % 5;
+        const auto& shape = shapes[s];
+        cases.push_back({type, format, group, ms[i % 7], shape[0], shape[1], wgmma_options()});
+        ++i;
+      }
+    }
+  }
+  return cases;
+}
+
+class W4A16WgmmaGpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(W4A16WgmmaGpu, MatchesCpuTwin) {
+  GPUOPT_REQUIRE_SM90();
+  check_case(GetParam(), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, W4A16WgmmaGpu, ::testing::ValuesIn(format_cases()),
+                         [](const auto& info) { return case_name(info.param); });
+
+TEST(W4A16WgmmaGpuVariants, EveryVariantAtEveryM) {
+  GPUOPT_REQUIRE_SM90();
+  for (int variant = 0; variant < 5; ++variant) {
+    ScopedEnv forced("GPUOPT_W4A16_WGMMA_VARIANT", variant);
+    for (int m : {1, 17, 33, 64, 100, 256}) {
+      SCOPED_TRACE("variant " + std::to_string(variant));
+      check_case({ActivationType::kFloat16, kFormats[1], 64, m, 1088, 448, wgmma_options()}, 2);
+      check_case({ActivationType::kBFloat16, kFormats[3], 128, m, 640, 320, wgmma_options()}, 2);
+    }
+  }
+}
+
+TEST(W4A16WgmmaGpuSplits, ForcedSplitsLeaveTheWorkspaceClean) {
+  GPUOPT_REQUIRE_SM90();
+  for (int splits : {1, 3, 8, 32}) {
+    ScopedEnv forced("GPUOPT_W4A16_WGMMA_SPLITS", splits);
+    SCOPED_TRACE("splits " + std::to_string(splits));
+    check_case({ActivationType::kFloat16, kFormats[2], 128, 64, 2048, 512, wgmma_options()}, 3);
+    check_case({ActivationType::kBFloat16, kFormats[0], 32, 130, 2048, 320, wgmma_options()}, 3);
+  }
+}
+
+TEST(W4A16WgmmaGpuLarge, LargerLayer) {
+  GPUOPT_REQUIRE_SM90();
+  check_case({ActivationType::kFloat16, kFormats[1], 128, 256, 4096, 1280, wgmma_options()}, 2);
+  check_case({ActivationType::kBFloat16, kFormats[3], 128, 64, 4096, 2048, wgmma_options()}, 2);
+}
+
+}  // namespace
+}  // namespace gpuopt::kernels
+#endif  // GPUOPT_CUDA
