@@ -14,6 +14,7 @@
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
+#include "stream_read.hpp"
 
 #if GPUOPT_CUDA
 #include <cuda_runtime_api.h>
@@ -218,6 +219,21 @@ class ShapeTestcase : public Testcase {
     GPUOPT_RETURN_IF_ERROR(
         fill_random_halves(x.pointer, static_cast<std::size_t>(max_m) * k * 2, 3, stream));
 
+    // The memory anchor: a plain streaming read of the int4 tiles (no math), rotated the same way;
+    // scaled to all the compressed bytes, it is the time a kernel that only moved them would take.
+    DeviceBuffer sink;
+    GPUOPT_RETURN_IF_ERROR(sink.allocate(sizeof(unsigned)));
+    const std::size_t tile_bytes = static_cast<std::size_t>(k) * n / 2;
+    GPUOPT_ASSIGN_OR_RETURN(const double read_us, median_us(
+                                                      [&](int r) {
+                                                        return launch_stream_read(
+                                                            weights[0][r].tiles, tile_bytes,
+                                                            static_cast<unsigned*>(sink.pointer),
+                                                            stream);
+                                                      },
+                                                      rotations, warmup, samples, stream));
+    const double read_equivalent_us = read_us * static_cast<double>(compressed) / tile_bytes;
+
     kernels::CublasGemm cublas;
     TestcaseResult result;
     result.table.columns = {"M",
@@ -228,6 +244,7 @@ class ShapeTestcase : public Testcase {
                             "cuBLAS bf16 us",
                             "speedup bf16",
                             "GB/s",
+                            "of read",
                             "dequant+cuBLAS us",
                             "config"};
     nlohmann::json rows = nlohmann::json::array();
@@ -294,6 +311,7 @@ class ShapeTestcase : public Testcase {
       row["speedup_vs_cublas_fp16"] = speedup;
       row["speedup_bf16_vs_cublas_bf16"] = speedup_bf16;
       row["bandwidth_gbps"] = bandwidth_gbps;
+      row["fraction_of_stream_read"] = read_equivalent_us / gpuopt_us[0];
       row["dequant_cublas_us"] = fallback_us ? nlohmann::json(*fallback_us) : nlohmann::json();
       row["config"] = config;
       rows.push_back(row);
@@ -302,6 +320,7 @@ class ShapeTestcase : public Testcase {
            fmt::format("{:.1f}", cublas_us[0]), fmt::format("{:.2f}x", speedup),
            fmt::format("{:.1f}", gpuopt_us[1]), fmt::format("{:.1f}", cublas_us[1]),
            fmt::format("{:.2f}x", speedup_bf16), fmt::format("{:.0f}", bandwidth_gbps),
+           fmt::format("{:.0f}%", 100.0 * read_equivalent_us / gpuopt_us[0]),
            fallback_us ? fmt::format("{:.1f}", *fallback_us) : "-", config});
     }
     context.progress(1.0);
@@ -312,6 +331,8 @@ class ShapeTestcase : public Testcase {
     result.data["weight_rotations"] = rotations;
     result.data["cublas_rotations"] = dense_rotations;
     result.data["samples"] = samples;
+    result.data["stream_read_us"] = read_us;
+    result.data["stream_read_gbps"] = tile_bytes / (read_us * 1e-6) / 1e9;
     result.data["rows"] = rows;
     result.data["min_speedup_vs_cublas_fp16"] = min_speedup;
     result.data["targeted"] = shape_.targeted;
@@ -326,6 +347,10 @@ class ShapeTestcase : public Testcase {
       result.notes.push_back(fmt::format("targets (M<=16 >= {}x, M=64 >= {}x, no M below 1x): {}",
                                          kTargetDecode, kTargetM64, met ? "met" : "NOT met"));
     }
+    result.notes.push_back(fmt::format(
+        "memory anchor: a plain streaming read of the {:.1f} MB of int4 tiles takes {:.1f} us "
+        "({:.0f} GB/s); 'of read' = that read's time scaled to the compressed bytes / gpuopt fp16",
+        tile_bytes / 1e6, read_us, tile_bytes / (read_us * 1e-6) / 1e9));
     result.notes.push_back(fmt::format(
         "GB/s counts the compressed bytes moved (int4 weights, fp16 scales, x, y); medians of {} "
         "launches; weights rotated over {} copies, cuBLAS over {}",
