@@ -30,7 +30,7 @@ namespace {
 // A block covers 4 strips (256 columns) x kTokens tokens of one k-split. Its warpgroups split the
 // strips (kStrips each) and share the x tile in shared memory.
 constexpr int kBlockStrips = 4;
-constexpr int kBlockColumns = kBlockStrips * kTileN;
+[[maybe_unused]] constexpr int kBlockColumns = kBlockStrips * kTileN;
 constexpr int kStageTiles = kStageK / kTileK;  // k16 tiles per 64-k stage
 
 struct WgmmaParams {
@@ -58,7 +58,7 @@ struct WgmmaParams {
 //   zeros   [4 k16 tiles][4 strips][8 g][8 j] bytes
 template <int kTokens>
 struct StageLayout {
-  static constexpr int kX = 0;
+  [[maybe_unused]] static constexpr int kX = 0;
   static constexpr int kWeights = kTokens * 128;
   static constexpr int kScales = kWeights + kBlockStrips * kStageTiles * kTileBytes;
   static constexpr int kZeros = kScales + kStageTiles * kBlockStrips * 64 * 2;
