@@ -520,6 +520,250 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
 #endif  // GPUOPT_WGMMA_DEVICE
 }
 
+// ---- warp-specialised form (variants 5, 6) ----
+//
+// Warpgroup 0 only moves data: x tokens by cp.async (each thread's copies signal the stage's "full"
+// mbarrier when they land, so x keeps the 128-byte swizzle and its zero rows past M), the weight,
+// scale and zero tiles by cp.async.bulk on the same barrier. Warpgroups 1 and 2 only decode and
+// issue wgmma (2 strips each, as in variant 2), and free a stage through its "empty" mbarrier one
+// stage later (when its last wgmma group is known done). No __syncthreads in the main loop, so
+// one warpgroup decodes while the other's wgmma runs; setmaxnreg moves registers from the
+// producer (40) to the consumers (232).
+#if GPUOPT_WGMMA_DEVICE
+// One arrival on the barrier when every cp.async this thread issued so far has landed (noinc: the
+// barrier's expected count includes it).
+__device__ __forceinline__ void copy_async_arrive(std::uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(shared_address(barrier))
+               : "memory");
+}
+template <int kRegisters>
+__device__ __forceinline__ void registers_release() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void registers_claim() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+// The 256 consumer threads only (the producer warpgroup has left).
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
+#endif  // GPUOPT_WGMMA_DEVICE
+
+constexpr int kProducerThreads = 128;
+constexpr int kConsumerThreads = 256;
+
+template <typename T, int kTokens, int kStages, bool kZeros>
+__global__ void __launch_bounds__(kProducerThreads + kConsumerThreads, 1)
+    k_w4a16_wgmma_ws(const WgmmaParams p) {
+#if GPUOPT_WGMMA_DEVICE
+  using Layout = StageLayout<kTokens>;
+  constexpr int kS = 2;  // words (strips) per consumer warp; 2 warpgroups x 2 strips = 4
+  static_assert(kStages >= 2, "one stage computing, one loading");
+  extern __shared__ unsigned char shared_raw[];
+  __shared__ alignas(8) std::uint64_t full[kStages];
+  __shared__ alignas(8) std::uint64_t empty[kStages];
+  __shared__ int is_last;
+  const std::uint32_t raw_address = shared_address(shared_raw);
+  const std::uint32_t base_address = (raw_address + 1023u) & ~1023u;
+  unsigned char* const base = shared_raw + (base_address - raw_address);
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+
+  int b = blockIdx.x;
+  const int token_tile = b % p.token_tiles;
+  b /= p.token_tiles;
+  const int split = b % p.splits;
+  const int column_tile = b / p.splits;
+  const int token0 = token_tile * kTokens;
+  const int first_strip = column_tile * kBlockStrips;
+  const int s0 = static_cast<int>(static_cast<long long>(split) * p.k_stages / p.splits);
+  const int s1 = static_cast<int>(static_cast<long long>(split + 1) * p.k_stages / p.splits);
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      // Full: 128 cp.async arrivals + thread 0's expect_tx arrival; empty: the 8 consumer warps.
+      barrier_init(&full[s], kProducerThreads + 1);
+      barrier_init(&empty[s], kConsumerThreads / 32);
+    }
+  }
+  __syncthreads();
+
+  if (tid < kProducerThreads) {
+    registers_release<40>();
+    const std::uint64_t policy = evict_first_policy();
+    const T* x = static_cast<const T*>(p.x);
+    const int valid_strips = min(kBlockStrips, p.strips - first_strip);
+    const int bulk_bytes = valid_strips * kStageTiles * (kTileBytes + 64 * 2 + (kZeros ? 64 : 0));
+    constexpr int kBulkCopies = kBlockStrips * (1 + kStageTiles * (kZeros ? 2 : 1));
+    for (int stage = s0, i = 0; stage < s1; ++stage, ++i) {
+      const int slot = i % kStages;
+      const int use = i / kStages;
+      if (use > 0) barrier_wait(&empty[slot], (use - 1) & 1);
+      unsigned char* const stage_memory = base + slot * Layout::kBytes;
+      const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
+      const int k0 = stage * kStageK;
+      const int t0 = stage * kStageTiles;
+      for (int q = tid; q < kTokens * 8; q += kProducerThreads) {
+        const int r = q / 8;
+        const int chunk = q % 8;
+        const int token = token0 + r;
+        const bool valid = token < p.m;  // rows past M are zero
+        copy_16(slot_address + Layout::kX + r * 128 + ((chunk ^ (r % 8)) * 16),
+                x + static_cast<std::size_t>(valid ? token : 0) * p.k + k0 + chunk * 8,
+                valid ? 16 : 0);
+      }
+      copy_async_arrive(&full[slot]);
+      if (tid < 32) {
+        if (lane == 0) barrier_arrive_expect(&full[slot], bulk_bytes);
+        __syncwarp();
+        // Strips past N (the last column tile of N % 256 != 0) are not copied: their results
+        // are never stored.
+        for (int q = lane; q < kBulkCopies; q += 32) {
+          if (q < kBlockStrips) {
+            if (q < valid_strips) {
+              bulk_copy(stage_memory + Layout::kWeights + q * kStageTiles * kTileBytes,
+                        p.tiles + (static_cast<std::size_t>(first_strip + q) * p.k_tiles + t0) * 32,
+                        kStageTiles * kTileBytes, &full[slot], policy);
+            }
+            continue;
+          }
+          const bool zeros = q >= kBlockStrips + kStageTiles * kBlockStrips;
+          const int e = (q - kBlockStrips) % (kStageTiles * kBlockStrips);  // kk * 4 + strip
+          const int kk = e / kBlockStrips;
+          const int sl = e % kBlockStrips;
+          if (sl >= valid_strips) continue;
+          const int group = (t0 + kk) / p.group_tiles;
+          const std::size_t entry =
+              (static_cast<std::size_t>(group) * p.strips + first_strip + sl) * 64;
+          if (zeros) {
+            bulk_copy(stage_memory + Layout::kZeros + e * 64, p.zeros + entry, 64, &full[slot]);
+          } else {
+            bulk_copy(stage_memory + Layout::kScales + e * 128, p.scales + entry, 128, &full[slot]);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  registers_claim<232>();
+  const int ctid = tid - kProducerThreads;
+  const int warp = ctid / 32;
+  const int w = warp % 4;
+  const int g = lane / 4;
+  const int c = lane % 4;
+  const int strip_local = (warp / 4) * kS + w % kS;
+  const int word_base = (w / kS) * kS;
+
+  float acc[kS][kTokens / 2];
+#pragma unroll
+  for (int i = 0; i < kS; ++i) {
+#pragma unroll
+    for (int e = 0; e < kTokens / 2; ++e) acc[i][e] = 0.0f;
+  }
+  Constants<kS> constants;
+  std::uint32_t a[2][kS][4];
+  const std::uint64_t descriptor_base =
+      (1ull << 62) | (static_cast<std::uint64_t>(1024 >> 4) << 32) | (1ull << 16);
+  int left = 0;
+  for (int stage = s0, i = 0; stage < s1; ++stage, ++i) {
+    const int slot = i % kStages;
+    barrier_wait(&full[slot], (i / kStages) & 1);
+    // x arrived through the generic proxy (cp.async); wgmma reads it through the async proxy.
+    fence_proxy_async();
+    const unsigned char* stage_memory = base + slot * Layout::kBytes;
+    const std::uint32_t x_address = base_address + slot * Layout::kBytes + Layout::kX;
+#pragma unroll
+    for (int kk = 0; kk < kStageTiles; ++kk) {
+      if (left == 0) {
+        const int t = stage * kStageTiles + kk;
+        load_constants<T, kTokens, kS, kZeros>(stage_memory, kk, strip_local, word_base, g,
+                                               constants);
+        left = p.group_tiles - t % p.group_tiles;
+      }
+      --left;
+      const uint2 v = *reinterpret_cast<const uint2*>(
+          stage_memory + Layout::kWeights + (strip_local * kStageTiles + kk) * kTileBytes +
+          lane * 16 + word_base * 4);
+      const std::uint32_t words[kS] = {v.x, v.y};
+#pragma unroll
+      for (int j = 0; j < kS; ++j) dequantize_scaled<T, kS>(words[j], constants, j, a[kk % 2][j]);
+      wgmma_fence();
+      const std::uint64_t descriptor = descriptor_base | ((x_address + kk * 32) >> 4);
+#pragma unroll
+      for (int j = 0; j < kS; ++j) wgmma_rs<T, kTokens>(acc[j], a[kk % 2][j], descriptor);
+      wgmma_commit();
+      wgmma_wait<1>();
+      if (kk == 0 && i > 0) {
+        // Only this k16 tile's group is pending: the previous stage's wgmmas are done, and this
+        // warp's reads of it happened before (their values were used).
+        __syncwarp();
+        if (lane == 0) barrier_arrive(&empty[slot == 0 ? kStages - 1 : slot - 1]);
+      }
+    }
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < kS; ++i) {
+#pragma unroll
+    for (int e = 0; e < kTokens / 2; ++e) pin(acc[i][e]);
+  }
+
+  T* y = static_cast<T*>(p.y);
+  const bool whole = p.splits == 1;
+  const int strip = first_strip + strip_local;
+  if (strip < p.strips) {
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+#pragma unroll
+      for (int jn = 0; jn < kTokens / 8; ++jn) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int token = token0 + 8 * jn + 2 * c + e % 2;
+          if (token >= p.m) continue;
+          const int column = strip * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
+          const std::size_t index = static_cast<std::size_t>(token) * p.n + column;
+          if (whole) {
+            y[index] = float_to_value<T>(acc[i][4 * jn + e]);
+          } else {
+            atomicAdd(p.partial + index, acc[i][4 * jn + e]);
+          }
+        }
+      }
+    }
+  }
+  if (whole) return;
+  const int tile = column_tile * p.token_tiles + token_tile;
+  __threadfence();
+  consumer_sync();
+  if (ctid == 0) {
+    const int before = atomicAdd(p.counters + tile, 1);
+    is_last = before == p.splits - 1;
+    if (is_last) p.counters[tile] = 0;
+  }
+  consumer_sync();
+  if (!is_last) return;
+  __threadfence();
+  const int first_column = first_strip * kTileN;
+  const int columns = min(kBlockColumns, p.n - first_column);
+  const int rows = min(kTokens, p.m - token0);
+  const int quads = rows * (columns / 4);
+  for (int q = ctid; q < quads; q += kConsumerThreads) {
+    const int row = q / (columns / 4);
+    const int c4 = q - row * (columns / 4);
+    const std::size_t index = static_cast<std::size_t>(token0 + row) * p.n + first_column + c4 * 4;
+    float4* source = reinterpret_cast<float4*>(p.partial + index);
+    const float4 v = __ldcg(source);
+    __stcg(source, make_float4(0.f, 0.f, 0.f, 0.f));
+    using Pair = typename TypeTraits<T>::Pair;
+    Pair* target = reinterpret_cast<Pair*>(y + index);
+    target[0] = float2_to_pair<T>(v.x, v.y);
+    target[1] = float2_to_pair<T>(v.z, v.w);
+  }
+#endif  // GPUOPT_WGMMA_DEVICE
+}
+
 // ---- host side ----
 
 using WgmmaKernel = void (*)(WgmmaParams);
@@ -539,10 +783,17 @@ WgmmaVariant make_variant() {
           static_cast<std::size_t>(kStages) * StageLayout<kTokens>::kBytes + 1024};
 }
 
+template <typename T, int kTokens, int kStages, bool kZeros>
+WgmmaVariant make_ws_variant() {
+  return {&k_w4a16_wgmma_ws<T, kTokens, kStages, kZeros>, 3, kTokens, kStages,
+          static_cast<std::size_t>(kStages) * StageLayout<kTokens>::kBytes + 1024};
+}
+
 // 0: 32 tokens, 1 warpgroup x 4 strips; 1: 64 tokens, the same; 2: 128 tokens, 2 warpgroups x 2
 // strips (accumulators: 4 x 16, 4 x 32 and 2 x 64 fp32 per thread); 3, 4: 64 and 32 tokens with 2
-// warpgroups x 2 strips and <= 128 registers (2 blocks = 16 warps per SM, to hide latency).
-constexpr int kVariants = 5;
+// warpgroups x 2 strips and <= 128 registers (2 blocks = 16 warps per SM, to hide latency); 5, 6:
+// warp-specialised (a producer warpgroup + 2 consumer warpgroups x 2 strips), 128 and 64 tokens.
+constexpr int kVariants = 7;
 
 template <typename T, bool kZeros>
 WgmmaVariant wgmma_variant(int variant) {
@@ -555,6 +806,10 @@ WgmmaVariant wgmma_variant(int variant) {
       return make_variant<T, 2, 2, 64, 5, 2, kZeros>();
     case 4:
       return make_variant<T, 2, 2, 32, 6, 2, kZeros>();
+    case 5:
+      return make_ws_variant<T, 128, 8, kZeros>();
+    case 6:
+      return make_ws_variant<T, 64, 10, kZeros>();
     default:
       return make_variant<T, 2, 2, 128, 5, 1, kZeros>();
   }

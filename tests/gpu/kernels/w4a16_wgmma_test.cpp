@@ -1,7 +1,8 @@
 // The Hopper wgmma W4A16 kernel (force_path 5) on the GPU against the CPU twin: fp16 and bf16,
 // every checkpoint format, group sizes 32/64/128/per-channel, M from 1 to 300, N not a multiple of
-// 256, K not a multiple of 128, every variant and forced k-splits, each run twice or more (the
-// split-K workspace must be left zero). Skips on GPUs other than compute capability 9.0.
+// 256, K not a multiple of 128, every variant (the warp-specialised ones too) and forced k-splits,
+// each run twice or more (the split-K workspace must be left zero). Skips on GPUs other than
+// compute capability 9.0.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -87,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, W4A16WgmmaGpu, ::testing::ValuesIn(format_case
 
 TEST(W4A16WgmmaGpuVariants, EveryVariantAtEveryM) {
   GPUOPT_REQUIRE_SM90();
-  for (int variant = 0; variant < 5; ++variant) {
+  for (int variant = 0; variant < 7; ++variant) {
     ScopedEnv forced("GPUOPT_W4A16_WGMMA_VARIANT", variant);
     for (int m : {1, 17, 33, 64, 100, 256}) {
       SCOPED_TRACE("variant " + std::to_string(variant));
@@ -104,6 +105,21 @@ TEST(W4A16WgmmaGpuSplits, ForcedSplitsLeaveTheWorkspaceClean) {
     SCOPED_TRACE("splits " + std::to_string(splits));
     check_case({ActivationType::kFloat16, kFormats[2], 128, 64, 2048, 512, wgmma_options()}, 3);
     check_case({ActivationType::kBFloat16, kFormats[0], 32, 130, 2048, 320, wgmma_options()}, 3);
+  }
+}
+
+// The warp-specialised variants (5, 6: producer warpgroup, mbarrier ring) with forced k-splits:
+// splits shorter than the ring, ring wrap-around, and the consumer-only fix-up barrier.
+TEST(W4A16WgmmaGpuSplits, WarpSpecialisedForcedSplits) {
+  GPUOPT_REQUIRE_SM90();
+  for (int variant : {5, 6}) {
+    ScopedEnv forced_variant("GPUOPT_W4A16_WGMMA_VARIANT", variant);
+    for (int splits : {1, 2, 5, 32}) {
+      ScopedEnv forced("GPUOPT_W4A16_WGMMA_SPLITS", splits);
+      SCOPED_TRACE("variant " + std::to_string(variant) + " splits " + std::to_string(splits));
+      check_case({ActivationType::kFloat16, kFormats[2], 32, 200, 2048, 704, wgmma_options()}, 3);
+      check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 2048, 512, wgmma_options()}, 2);
+    }
   }
 }
 
