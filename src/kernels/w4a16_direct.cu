@@ -39,25 +39,31 @@ struct DirectParams {
 };
 
 // Per-column constants of one quantization group for the 8 columns j = 0..7 a lane owns
-// (column 8j + lane/4 of the strip): the scale in fp32 and what the dequantisation subtracts.
-template <typename T, bool kZeros>
+// (column 8j + lane/4 of the strip): the scales, and what the dequantisation subtracts.
+template <typename T, bool kZeros, bool kLean>
 struct GroupConstants {
   uint4 scale_bits;  // 8 fp16/bf16 scales, converted to fp32 when a group is flushed
-  // With zero-points: fp16 1024 + zero and -(64 + zero), bf16 128 + zero (pairs). Without, the
-  // symmetric zero 8 is a constant (sub/nsub below), so no registers are spent on it.
-  std::uint32_t zsub[kZeros ? 8 : 1];
-  std::uint32_t znsub[kZeros && std::is_same_v<T, __half> ? 8 : 1];
+  uint2 zero_bits;   // 8 zero-points (bytes), kZeros only
+  // Not lean, with zero-points: fp16 1024 + zero and -(64 + zero), bf16 128 + zero (pairs).
+  // Without, the symmetric zero 8 is a constant (sub/nsub below): no registers spent on it.
+  std::uint32_t zsub[kZeros && !kLean ? 8 : 1];
+  std::uint32_t znsub[kZeros && !kLean && std::is_same_v<T, __half> ? 8 : 1];
   __device__ __forceinline__ std::uint32_t sub(int j) const {
-    if constexpr (kZeros) return zsub[j];
+    if constexpr (kZeros && !kLean) return zsub[j];
     return std::is_same_v<T, __half> ? 0x64086408u : 0x43084308u;  // 1032 / 136
   }
   __device__ __forceinline__ std::uint32_t nsub(int j) const {
-    if constexpr (kZeros && std::is_same_v<T, __half>) return znsub[j];
+    if constexpr (kZeros && !kLean && std::is_same_v<T, __half>) return znsub[j];
     return 0xD480D480u;  // fp16 -72
   }
   __device__ __forceinline__ float scale(int j) const {
     const std::uint32_t w[4] = {scale_bits.x, scale_bits.y, scale_bits.z, scale_bits.w};
     return bits_to_float<T>(w[j / 2] >> (16 * (j % 2)));
+  }
+  __device__ __forceinline__ float zero(int j) const {
+    if constexpr (!kZeros) return 8.0f;
+    const std::uint32_t word = j < 4 ? zero_bits.x : zero_bits.y;
+    return static_cast<float>((word >> (8 * (j % 4))) & 0xffu);
   }
 };
 
@@ -66,15 +72,15 @@ __device__ __forceinline__ std::uint32_t pair_bits(float value) {
   return as_bits(float2_to_pair<T>(value, value));
 }
 
-template <typename T, bool kZeros>
+template <typename T, bool kZeros, bool kLean>
 __device__ __forceinline__ void decode_group(const uint4& scale_bits, const uint2& zero_bits,
-                                             GroupConstants<T, kZeros>& out) {
+                                             GroupConstants<T, kZeros, kLean>& out) {
   out.scale_bits = scale_bits;
-  if constexpr (kZeros) {
+  out.zero_bits = zero_bits;
+  if constexpr (kZeros && !kLean) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const std::uint32_t word = j < 4 ? zero_bits.x : zero_bits.y;
-      const float zero = static_cast<float>((word >> (8 * (j % 4))) & 0xffu);
+      const float zero = out.zero(j);
       if constexpr (std::is_same_v<T, __half>) {
         out.zsub[j] = pair_bits<T>(1024.0f + zero);
         out.znsub[j] = pair_bits<T>(-(64.0f + zero));
@@ -88,9 +94,10 @@ __device__ __forceinline__ void decode_group(const uint4& scale_bits, const uint
 // Word i of a lane's 16 bytes -> the A fragment {a0, a1, a2, a3} of m16 tile i (columns 16i..16i+15
 // of the strip): nibbles 0/4 -> a0 (column j = 2i, k 2c, 2c+1), 1/5 -> a2 (j = 2i, k + 8),
 // 2/6 -> a1 (j = 2i + 1), 3/7 -> a3. Values are q - zero exactly (the scale comes later, in fp32).
-template <typename T, bool kZeros>
+template <typename T, bool kZeros, bool kLean>
 __device__ __forceinline__ void dequantize(std::uint32_t word, int i,
-                                           const GroupConstants<T, kZeros>& g, std::uint32_t* a) {
+                                           const GroupConstants<T, kZeros, kLean>& g,
+                                           std::uint32_t* a) {
   using Pair = typename TypeTraits<T>::Pair;
   if constexpr (std::is_same_v<T, __half>) {
     // 0x64006400 | nibble = 1024 + q; the high nibble of a byte gives 1024 + 16q, scaled by 1/16.
@@ -117,12 +124,56 @@ __device__ __forceinline__ void dequantize(std::uint32_t word, int i,
   }
 }
 
+// Lean form: the A fragment holds the magic-offset values as they come out of lop3 (fp16: 1024 + q
+// for the low nibbles, k 2c, 2c+1, and 1024 + 16q for the high ones, k 2c+8, 2c+9, whose x is
+// pre-scaled by 1/16; bf16: 128 + q everywhere). What the offsets and the zero-points add is taken
+// out per group with one extra mma (correction_fragment): 5 (fp16) or 7 (bf16) instructions per
+// word instead of 9 or 11.
+template <typename T>
+__device__ __forceinline__ void dequantize_lean(std::uint32_t word, std::uint32_t* a) {
+  if constexpr (std::is_same_v<T, __half>) {
+    a[0] = and_or(word, 0x000f000fu, 0x64006400u);
+    a[2] = and_or(word, 0x00f000f0u, 0x64006400u);
+    const std::uint32_t shifted = word >> 8;
+    a[1] = and_or(shifted, 0x000f000fu, 0x64006400u);
+    a[3] = and_or(shifted, 0x00f000f0u, 0x64006400u);
+  } else {
+    a[0] = and_or(word, 0x000f000fu, 0x43004300u);
+    a[2] = and_or(word >> 4, 0x000f000fu, 0x43004300u);
+    a[1] = and_or(word >> 8, 0x000f000fu, 0x43004300u);
+    a[3] = and_or(word >> 12, 0x000f000fu, 0x43004300u);
+  }
+}
+
+// The A fragment whose product with a k16 tile of x gives, in rows g (c0, c1), the magic offset's
+// share (fp16: 1024 x for every k, the high half already holding x/16; bf16: 128 x) and, in rows
+// g + 8 (c2, c3), the plain sum of x (fp16: 1 x low half, 16 x the pre-scaled high half).
+template <typename T>
+__device__ __forceinline__ void correction_fragment(std::uint32_t* a) {
+  if constexpr (std::is_same_v<T, __half>) {
+    a[0] = 0x64006400u;  // 1024 (row g, k 2c..)
+    a[1] = 0x3c003c00u;  // 1    (row g + 8)
+    a[2] = 0x64006400u;  // 1024 (row g, k 2c+8..)
+    a[3] = 0x4c004c00u;  // 16   (row g + 8)
+  } else {
+    a[0] = 0x43004300u;  // 128
+    a[1] = 0x3f803f80u;  // 1
+    a[2] = 0x43004300u;
+    a[3] = 0x3f803f80u;
+  }
+}
+
 // kN8: n8 tiles of x rows (8 or 16 rows); kWarps per block; kUnroll: k16 tiles per stage;
-// kStages: stages in each warp's ring (kStages - 1 in flight while one is read).
-template <typename T, int kN8, int kWarps, int kUnroll, int kStages, bool kZeros, int kMode = 0>
+// kStages: stages in each warp's ring (kStages - 1 in flight while one is read). kStageGroups:
+// quantization groups are whole stages (group_tiles % kUnroll == 0, checked by the host), so group
+// boundaries are looked for once per stage instead of once per tile. kLean: dequantize_lean plus
+// one correction mma per tile (see there) instead of subtracting the offsets per value.
+template <typename T, int kN8, int kWarps, int kUnroll, int kStages, bool kZeros, bool kStageGroups,
+          bool kLean>
 __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     k_w4a16_direct(const DirectParams p) {
   static_assert(kUnroll % 2 == 0, "x fragments are loaded for two k16 tiles at a time");
+  using Pair = typename TypeTraits<T>::Pair;
   constexpr int kXPitch = kUnroll * kTileK + 8;   // halves; a 16-byte skew: conflict-free ldmatrix
   constexpr int kXChunks = kUnroll * kTileK / 8;  // 16-byte pieces of one x row per stage
   // Per warp: [weights: kStages x kUnroll tiles of 512 bytes][x: kStages x M rows x kXPitch]
@@ -133,13 +184,6 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   uint4* ring = reinterpret_cast<uint4*>(region);
   T* x_ring = reinterpret_cast<T*>(region + kStages * kUnroll * kTileBytes);
   const int x_stage = p.m * kXPitch;  // halves per stage
-  // kMode: 0 cp.async by every lane, 2 the same with a 256-byte L2 prefetch, 4 Hopper bulk copies
-  // (lane 0 issues one cp.async.bulk per stage for the weights and one per x row, completing on
-  // the slot's mbarrier); 1 and 3 are probes of 0 and 4 that skip the math (memory ceiling).
-  constexpr bool kBulk = kMode >= 3;
-  constexpr bool kProbe = kMode == 1 || kMode == 3;
-  std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(
-      region + ((kStages * kUnroll * kTileBytes + kStages * x_stage * 2 + 7) / 8) * 8);
 
   const long long global_warp = static_cast<long long>(blockIdx.x) * kWarps + warp;
   const int u_begin = static_cast<int>(global_warp * p.total_units / p.warps);
@@ -147,69 +191,43 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   const int count = u_end - u_begin;
   if (count <= 0) return;  // no block-wide barrier anywhere: a warp may leave early
 
+  // Copies. Weights: this lane's 16 bytes of each of the stage's tiles (consecutive in memory).
+  // x: piece c = lane + 32j of the M x kXChunks 16-byte pieces of the stage's k-range (row
+  // c / kXChunks); pointers advance by a stage and step back by K where a strip ends.
   const uint4* next_weights = p.tiles + static_cast<std::size_t>(u_begin) * kUnroll * 32 + lane;
-  if constexpr (kBulk) {
-    if (lane == 0) {
-#pragma unroll
-      for (int i = 0; i < kStages; ++i) barrier_init(&bars[i], 1);
-    }
-    __syncwarp();
-  }
-  // The x pieces this lane copies every stage: piece c = lane + 32j of the M x kXChunks pieces of
-  // 16 bytes (row c / kXChunks), the same for every stage but for the stage's k offset.
+  uint4* const ring_lane = ring + lane;
   constexpr int kLanePieces = (8 * kN8 * kXChunks + 31) / 32;
-  int x_source[kLanePieces];
+  const T* x_piece[kLanePieces];
+  std::uint32_t x_target[kLanePieces];
+  const int first_k = (u_begin % p.units_per_strip) * kUnroll * kTileK;
+  int next_k = first_k;  // k of the next stage to issue
 #pragma unroll
   for (int j = 0; j < kLanePieces; ++j) {
     const int c = lane + 32 * j;
     const int r = c / kXChunks;
     const int col = (c % kXChunks) * 8;
-    x_source[j] = c < p.m * kXChunks ? r * p.k + col : -1;
+    x_piece[j] = c < p.m * kXChunks ? static_cast<const T*>(p.x) +
+                                          static_cast<std::size_t>(r) * p.k + first_k + col
+                                    : nullptr;
+    x_target[j] = static_cast<std::uint32_t>(__cvta_generic_to_shared(x_ring + r * kXPitch + col));
   }
-  const T* x = static_cast<const T*>(p.x);
-  int next_k = (u_begin % p.units_per_strip) * kUnroll * kTileK;  // k of the next stage to issue
-  // The next stage into ring slot `slot`: this lane's 16 bytes of each weight tile and its x
-  // pieces. Stages are issued in order, so the weight pointer and k just advance.
   auto issue = [&](int slot) {
-    if constexpr (kBulk) {
-      __syncwarp();  // every lane has read this slot (one stage ago) before it is overwritten
-      if (lane == 0) {
-        constexpr int kWeightBytes = kUnroll * kTileBytes;
-        constexpr int kRowBytes = kUnroll * kTileK * 2;
-        barrier_arrive_expect(&bars[slot], kWeightBytes + p.m * kRowBytes);
-        bulk_copy(ring + slot * kUnroll * 32, next_weights, kWeightBytes, &bars[slot]);
-        for (int r = 0; r < p.m; ++r) {
-          bulk_copy(x_ring + slot * x_stage + r * kXPitch,
-                    x + static_cast<std::size_t>(r) * p.k + next_k, kRowBytes, &bars[slot]);
-        }
-      }
-      next_weights += kUnroll * 32;
-      next_k += kUnroll * kTileK;
-      if (next_k == p.k) next_k = 0;
-      return;
-    }
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) {
-      if constexpr (kMode == 2) {
-        const std::uint32_t address = static_cast<std::uint32_t>(
-            __cvta_generic_to_shared(ring + (slot * kUnroll + i) * 32 + lane));
-        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(address),
-                     "l"(next_weights + i * 32));
-      } else {
-        copy_async_16(ring + (slot * kUnroll + i) * 32 + lane, next_weights + i * 32, true);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kLanePieces; ++j) {
-      if (x_source[j] >= 0) {
-        const int c = lane + 32 * j;
-        copy_async_16(x_ring + slot * x_stage + (c / kXChunks) * kXPitch + (c % kXChunks) * 8,
-                      x + next_k + x_source[j], true);
-      }
+      copy_async_16(ring_lane + (slot * kUnroll + i) * 32, next_weights + i * 32, true);
     }
     next_weights += kUnroll * 32;
-    next_k += kUnroll * kTileK;
-    if (next_k == p.k) next_k = 0;
+    const bool wrap = next_k + kUnroll * kTileK == p.k;
+    next_k = wrap ? 0 : next_k + kUnroll * kTileK;
+#pragma unroll
+    for (int j = 0; j < kLanePieces; ++j) {
+      if (x_piece[j] != nullptr) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                         x_target[j] + static_cast<std::uint32_t>(slot * x_stage * 2)),
+                     "l"(x_piece[j]));
+        x_piece[j] += wrap ? kUnroll * kTileK - p.k : kUnroll * kTileK;
+      }
+    }
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -225,7 +243,7 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   int strip_first_unit = u_begin;  // this warp's first unit in `strip`
   std::size_t column_offset = 0;
   int group = 0, left = 0;
-  GroupConstants<T, kZeros> constants;
+  GroupConstants<T, kZeros, kLean> constants;
   uint4 next_scale = make_uint4(0, 0, 0, 0);
   uint2 next_zero = make_uint2(0, 0);
   auto load_next = [&]() {
@@ -249,15 +267,18 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     if constexpr (kZeros) {
       zero = __ldg(reinterpret_cast<const uint2*>(p.zeros + group * group_stride + column_offset));
     }
-    decode_group<T, kZeros>(scale, zero, constants);
+    decode_group<T, kZeros, kLean>(scale, zero, constants);
     load_next();
   };
   start_strip((u_begin - strip * p.units_per_strip) * kUnroll);
 
   float acc[kN8][4][4];
   float group_acc[kN8][4][4];
+  float correction[kN8][4];  // kLean: per token column, rows g (offset share) and g + 8 (sum of x)
 #pragma unroll
   for (int r = 0; r < kN8; ++r) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) correction[r][e] = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -265,20 +286,39 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     }
   }
   auto flush_group = [&]() {
-    float scale[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) scale[j] = constants.scale(j);
+    for (int j = 0; j < 8; ++j) {
+      const float scale = constants.scale(j);
+      const int i = j / 2;
+      const int half = j % 2;  // e / 2
 #pragma unroll
-    for (int r = 0; r < kN8; ++r) {
+      for (int r = 0; r < kN8; ++r) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          acc[r][i][e] += scale[2 * i + e / 2] * group_acc[r][i][e];
+        for (int t = 0; t < 2; ++t) {  // token column: e % 2
+          const int e = 2 * half + t;
+          float value = group_acc[r][i][e];
+          if constexpr (kLean) {
+            value -= correction[r][t] + constants.zero(j) * correction[r][2 + t];
+          }
+          acc[r][i][e] += scale * value;
           group_acc[r][i][e] = 0.0f;
         }
       }
     }
+    if constexpr (kLean) {
+#pragma unroll
+      for (int r = 0; r < kN8; ++r) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) correction[r][e] = 0.0f;
+      }
+    }
+  };
+  auto next_group = [&]() {
+    flush_group();
+    ++group;
+    left = p.group_tiles;
+    decode_group<T, kZeros, kLean>(next_scale, next_zero, constants);
+    load_next();
   };
 
   // The strip's sums: stored when this warp did all of it, else added into the fp32 workspace;
@@ -318,7 +358,6 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     before = __shfl_sync(0xffffffffu, before, 0);
     if (before + units_done != p.units_per_strip) return;
     __threadfence();
-    using Pair = typename TypeTraits<T>::Pair;
     for (int q = lane; q < p.m * (kTileN / 4); q += 32) {
       const int row = q / (kTileN / 4);
       const std::size_t index =
@@ -341,6 +380,8 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   const int x_column = kN8 == 1 ? 8 * (lane / 8) : 8 * ((lane / 8) % 2);
   const std::uint32_t x_lane = static_cast<std::uint32_t>(__cvta_generic_to_shared(x_ring)) +
                                ((x_row < p.m ? x_row : 0) * kXPitch + x_column) * 2;
+  std::uint32_t fix[4];
+  if constexpr (kLean) correction_fragment<T>(fix);
 
   for (int s = 0; s < count; ++s) {
     // Refill the slot read one stage ago (its reads are done: their values were used) with stage
@@ -348,13 +389,9 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     // syncwarp.
     const int ahead = s + kStages - 1;
     if (ahead < count) issue(ahead % kStages);
-    if constexpr (kBulk) {
-      barrier_wait(&bars[s % kStages], static_cast<std::uint32_t>((s / kStages) & 1));
-    } else {
-      copy_async_commit();
-      copy_async_wait<kStages - 1>();
-      __syncwarp();
-    }
+    copy_async_commit();
+    copy_async_wait<kStages - 1>();
+    __syncwarp();
     if (strip_units_left == 0) {
       // This stage starts the next strip.
       if (left != p.group_tiles) flush_group();
@@ -368,15 +405,7 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     const int slot = s % kStages;
     uint4 batch[kUnroll];
 #pragma unroll
-    for (int i = 0; i < kUnroll; ++i) batch[i] = ring[(slot * kUnroll + i) * 32 + lane];
-    if constexpr (kProbe) {
-      // Probe: the copies alone (what this memory structure reaches without the math).
-      std::uint32_t v = 0;
-#pragma unroll
-      for (int i = 0; i < kUnroll; ++i) v ^= batch[i].x ^ batch[i].y ^ batch[i].z ^ batch[i].w;
-      if (v == 0x12345678u) acc[0][0][0] += 1.0f;
-      continue;
-    }
+    for (int i = 0; i < kUnroll; ++i) batch[i] = ring_lane[(slot * kUnroll + i) * 32];
     const std::uint32_t x_slot = x_lane + static_cast<std::uint32_t>(slot * x_stage * 2);
 #pragma unroll
     for (int pair = 0; pair < kUnroll / 2; ++pair) {
@@ -405,26 +434,43 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        if constexpr (kLean && std::is_same_v<T, __half>) {
+          // The high-nibble rows (b1: k 2c+8, 2c+9) meet 1024 + 16q: x / 16 (exact) there.
+          const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
+#pragma unroll
+          for (int r = 0; r < kN8; ++r) {
+            xf[h][2 * r + 1] = as_bits(__hmul2(as_pair<Pair>(xf[h][2 * r + 1]), sixteenth));
+          }
+        }
         const uint4 q = batch[2 * pair + h];
         const std::uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           std::uint32_t a[4];
-          dequantize<T, kZeros>(words[i], i, constants, a);
+          if constexpr (kLean) {
+            dequantize_lean<T>(words[i], a);
+          } else {
+            dequantize<T, kZeros, kLean>(words[i], i, constants, a);
+          }
 #pragma unroll
           for (int r = 0; r < kN8; ++r) {
             mma_16816<T>(group_acc[r][i], a, xf[h][2 * r], xf[h][2 * r + 1]);
           }
         }
-        if (--left == 0) {
-          // The group ends with this tile: scale its sums into acc, move to the next group.
-          flush_group();
-          ++group;
-          left = p.group_tiles;
-          decode_group<T, kZeros>(next_scale, next_zero, constants);
-          load_next();
+        if constexpr (kLean) {
+#pragma unroll
+          for (int r = 0; r < kN8; ++r) {
+            mma_16816<T>(correction[r], fix, xf[h][2 * r], xf[h][2 * r + 1]);
+          }
+        }
+        if constexpr (!kStageGroups) {
+          if (--left == 0) next_group();
         }
       }
+    }
+    if constexpr (kStageGroups) {
+      left -= kUnroll;
+      if (left == 0) next_group();
     }
   }
   if (left != p.group_tiles) flush_group();  // the range ended inside a group
@@ -440,46 +486,42 @@ using DirectKernel = void (*)(DirectParams);
 struct DirectVariant {
   DirectKernel function;
   int n8, unroll, stages;
+  bool stage_groups, lean;
 };
 
-// 0: 8 rows, 4 stages of 4 k16 tiles; 1: the same with 16 rows; 2: 8 rows, 8 stages of 4 tiles;
-// 3: 8 rows, 3 stages of 8 tiles (K % 128 == 0).
-template <typename T, bool kZeros>
-DirectVariant direct_variant(int variant) {
-  switch (variant) {
-    case 0:
-      return {&k_w4a16_direct<T, 1, kDirectWarps, 4, 4, kZeros>, 1, 4, 4};
-    case 2:
-      return {&k_w4a16_direct<T, 1, kDirectWarps, 4, 8, kZeros>, 1, 4, 8};
-    case 3:
-      return {&k_w4a16_direct<T, 1, kDirectWarps, 8, 3, kZeros>, 1, 8, 3};
-    case 8:
-      return {&k_w4a16_direct<T, 1, kDirectWarps, 4, 4, kZeros, 1>, 1, 4, 4};
-    case 9:
-      return {&k_w4a16_direct<T, 1, kDirectWarps, 4, 4, kZeros, 2>, 1, 4, 4};
-    case 10:
-      return {&k_w4a16_direct<T, 1, kDirectWarps, 8, 3, kZeros, 2>, 1, 8, 3};
-    case 11:
-      return {&k_w4a16_direct<T, 1, kDirectWarps, 4, 4, kZeros, 3>, 1, 4, 4};
-    case 12:
-      return {&k_w4a16_direct<T, 1, kDirectWarps, 4, 4, kZeros, 4>, 1, 4, 4};
-    case 13:
-      return {&k_w4a16_direct<T, 1, kDirectWarps, 8, 3, kZeros, 4>, 1, 8, 3};
-    case 14:
-      return {&k_w4a16_direct<T, 1, kDirectWarps, 8, 4, kZeros, 4>, 1, 8, 4};
-    case 15:
-      return {&k_w4a16_direct<T, 2, kDirectWarps, 4, 4, kZeros, 4>, 2, 4, 4};
-    default:
-      return {&k_w4a16_direct<T, 2, kDirectWarps, 4, 4, kZeros>, 2, 4, 4};
+// 8 rows (n8 = 1) or 16 (n8 = 2); 4 stages of 4 k16 tiles; per-stage or per-tile group checks;
+// lean or offset-subtracting dequantisation.
+template <typename T, bool kZeros, int kN8, bool kLean>
+DirectVariant direct_variant(bool stage_groups) {
+  if (stage_groups) {
+    return {
+        &k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, true, kLean>, kN8, 4, 4, true, kLean};
   }
+  return {
+      &k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, false, kLean>, kN8, 4, 4, false, kLean};
 }
 
-DirectVariant direct_variant_for(ActivationType type, bool zeros, int variant) {
-  if (type == ActivationType::kFloat16) {
-    return zeros ? direct_variant<__half, true>(variant) : direct_variant<__half, false>(variant);
+template <typename T, bool kZeros>
+DirectVariant direct_variant(int n8, bool stage_groups, bool lean) {
+  if (n8 == 1) {
+    return lean ? direct_variant<T, kZeros, 1, true>(stage_groups)
+                : direct_variant<T, kZeros, 1, false>(stage_groups);
   }
-  return zeros ? direct_variant<__nv_bfloat16, true>(variant)
-               : direct_variant<__nv_bfloat16, false>(variant);
+  return lean ? direct_variant<T, kZeros, 2, true>(stage_groups)
+              : direct_variant<T, kZeros, 2, false>(stage_groups);
+}
+
+// variant: bit 0 = 16 rows, bit 1 = per-stage group checks, bit 2 = lean.
+DirectVariant direct_variant_for(ActivationType type, bool zeros, int variant) {
+  const int n8 = (variant & 1) ? 2 : 1;
+  const bool stage_groups = (variant & 2) != 0;
+  const bool lean = (variant & 4) != 0;
+  if (type == ActivationType::kFloat16) {
+    return zeros ? direct_variant<__half, true>(n8, stage_groups, lean)
+                 : direct_variant<__half, false>(n8, stage_groups, lean);
+  }
+  return zeros ? direct_variant<__nv_bfloat16, true>(n8, stage_groups, lean)
+               : direct_variant<__nv_bfloat16, false>(n8, stage_groups, lean);
 }
 
 int env_int(const char* name, int fallback) {
@@ -492,8 +534,7 @@ int env_int(const char* name, int fallback) {
 int region_bytes(const DirectVariant& kernel, int m) {
   const int weights = kernel.stages * kernel.unroll * kTileBytes;
   const int x = kernel.stages * m * (kernel.unroll * kTileK + 8) * 2;
-  const int barriers = kernel.stages * 8 + 8;  // the bulk variants' mbarriers (8-byte aligned)
-  return (weights + x + barriers + 127) / 128 * 128;
+  return (weights + x + 127) / 128 * 128;
 }
 
 std::size_t align256(std::size_t value) { return (value + 255) / 256 * 256; }
@@ -504,14 +545,12 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   if (m > 16) {
     return failed_precondition("W4A16 direct kernel: M=" + std::to_string(m) + " > 16");
   }
-  int variant = m > 8 ? 1 : 0;
-  if (m > 8 && env_int("GPUOPT_W4A16_DIRECT_VARIANT", -1) == 15) variant = 15;
-  if (const int forced = env_int("GPUOPT_W4A16_DIRECT_VARIANT", -1); forced >= 0 && m <= 8) {
-    if (forced == 0 || forced == 2 || forced == 8 || forced == 9 || forced == 11 || forced == 12 ||
-        ((forced == 3 || forced == 10 || forced == 13 || forced == 14) && w.k % 128 == 0)) {
-      variant = forced;
-    }
-  }
+  // Lean dequantisation only with GPUOPT_W4A16_DIRECT_LEAN=1 (as fast at 8 rows, slower at 16: it
+  // spills there; docs/w4a16-gemm.md); per-stage group checks where groups are
+  // whole stages.
+  const bool lean = env_int("GPUOPT_W4A16_DIRECT_LEAN", 0) != 0;
+  const bool stage_groups = (w.group_size / kTileK) % 4 == 0;
+  const int variant = (m > 8 ? 1 : 0) | (stage_groups ? 2 : 0) | (lean ? 4 : 0);
   const DirectVariant kernel = direct_variant_for(w.type, w.has_zeros, variant);
   const int strips = w.n / kTileN;
   const int units_per_strip = w.k / (kTileK * kernel.unroll);

@@ -822,11 +822,13 @@ struct Plan {
   std::size_t workspace_bytes = 0;
 };
 
-// 0 = the original kernels, 4 = direct, 5 = wgmma. Never in deterministic mode (its k-split must
-// not depend on M) or when another path is forced.
-int choose_extra_kernel(const W4A16DeviceWeights&, int, const W4A16Options& options) {
+// 0 = the original kernels, 4 = direct, 5 = wgmma: the direct kernel up to 16 rows and the wgmma
+// kernel above (it refuses where there is no sm_90 code; the original kernels run there), both
+// measured faster than the original kernels at every M on the H200 (docs/w4a16-gemm.md). Never in
+// deterministic mode (its k-split must not depend on M) or when another path is forced.
+int choose_extra_kernel(const W4A16DeviceWeights&, int m, const W4A16Options& options) {
   if (options.deterministic || options.force_path >= 0) return 0;
-  return 0;
+  return m <= 16 ? 4 : 5;
 }
 
 StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Options& options) {
