@@ -44,7 +44,7 @@ for shape in k8192_n28672 k28672_n8192; do
   fi
 done
 if [ "${GEMM_WGMMA_SWEEP:-0}" = 1 ]; then
-  for splits in 1 2 3 4 6; do
+  for splits in 1 2 4 3 6; do
     for shape in k8192_n28672 k28672_n8192; do
       for variant in 5 6; do
         if ((SECONDS - start > budget)); then

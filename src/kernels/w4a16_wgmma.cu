@@ -63,7 +63,8 @@ struct StageLayout {
   static constexpr int kScales = kWeights + kBlockStrips * kStageTiles * kTileBytes;
   static constexpr int kZeros = kScales + kStageTiles * kBlockStrips * 64 * 2;
   static constexpr int kBytes = kZeros + kStageTiles * kBlockStrips * 64;
-  static_assert(kBytes % 1024 == 0, "stages must keep the x tile 1024-byte aligned");
+  static_assert(kBytes % 1024 == 0 && kX % 1024 == 0,
+                "stages must keep the x tile 1024-byte aligned");
 };
 
 #if GPUOPT_WGMMA_DEVICE
@@ -857,7 +858,10 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
         std::to_string(major) + "." + std::to_string(minor));
   }
   // Measured on the H200 (docs/w4a16-gemm.md): 2 warpgroups x 2 strips with 2 blocks per SM (16
-  // warps) beat 1 warpgroup x 4 strips at M <= 64; 128 tokens per block beat 2 x 64 above.
+  // warps) beat 1 warpgroup x 4 strips at M <= 64; 128 tokens per block beat 2 x 64 above. The
+  // warp-specialised variants 5/6 are correct but measured 1.5-3x slower at every M and k-split
+  // (H200, 04:45 UTC; e.g. 8192x28672 M=128: v5 289.5 us at 1 split vs v2 243.9 us), so they are
+  // reachable only through GPUOPT_W4A16_WGMMA_VARIANT.
   int variant = m <= 32 ? 4 : m <= 64 ? 3 : 2;
   if (const int forced = env_int("GPUOPT_W4A16_WGMMA_VARIANT", -1);
       forced >= 0 && forced < kVariants) {
