@@ -32,3 +32,8 @@ done | sort -u | while read -r library; do
 done
 strip --strip-debug "$bundle"/bin/* 2>/dev/null || true
 du -sh "$bundle"
+# The device tool carries at most 64 MiB; the bundle is bigger (every binary links the kernels'
+# fatbins) but compresses ~10x: carry .gpu-pack instead and gpu-check.sh unpacks it.
+mkdir -p .gpu-pack
+tar -cf - "$bundle" | xz -6 -T"$(nproc)" >.gpu-pack/bundle.tar.xz
+du -sh .gpu-pack/bundle.tar.xz

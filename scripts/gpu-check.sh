@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Run ON THE GPU MACHINE (device tool), from the repository root, with .gpu-bundle carried:
+# Run ON THE GPU MACHINE (device tool), from the repository root, with .gpu-pack (or .gpu-bundle)
+# carried:
 #   bash scripts/gpu-check.sh [--sanitize] [--only REGEX]   (e.g. --only 'streams|gpu_runtime')
 # Runs every test binary (gpu-labelled tests run for real there), then every benchmark script in
 # scripts/gpu-check.d/*.sh, writes logs and JSON under $OUT, and prints a short table last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle="$PWD/.gpu-bundle"
+# Carried packed (scripts/gpu-build.sh writes .gpu-pack/bundle.tar.xz): unpack once.
+if [ ! -d "$bundle" ] && [ -f .gpu-pack/bundle.tar.xz ]; then
+  tar -xJf .gpu-pack/bundle.tar.xz
+fi
 # Logs and JSON go to a work folder; $OUT (at most 8 files come back) gets one archive of it plus
 # the summary.
 final_out="${OUT:-$PWD/out/gpu-check}"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Run ON THE GPU MACHINE with .gpu-bundle carried: compute-sanitizer (memcheck, racecheck) over the
+# Run ON THE GPU MACHINE with .gpu-pack (or .gpu-bundle) carried: compute-sanitizer (memcheck, racecheck) over the
 # GPU tests of gpuopt's own kernels, test by test filter, skipping the long timing tests (1B-shaped
 # LLM, 1M-row search) that take minutes under the sanitizer. gpu-check.sh --sanitize runs whole
 # binaries instead. Logs go to $OUT; one line per pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle="$PWD/.gpu-bundle"
+if [ ! -d "$bundle" ] && [ -f .gpu-pack/bundle.tar.xz ]; then tar -xJf .gpu-pack/bundle.tar.xz; fi
 out="${OUT:-$PWD/out/gpu-sanitize}"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -32,3 +33,5 @@ pass gpu_pipeline memcheck 'LlmGpu.TinyMatchesTheTwin:LlmGpu.BatchedEqualsOneAtA
 pass gpu_pipeline racecheck 'LlmGpu.TinyMatchesTheTwin'
 pass gpu_kernels memcheck 'W4A16GemmGpuKernels.*:W4A16GemmGpuDeterministic.*:W4A16GemmGpuStreamK.*'
 pass gpu_kernels racecheck 'W4A16GemmGpuKernels.*'
+pass gpu_kernels memcheck '*Wgmma*'
+pass gpu_kernels racecheck '*Wgmma*'

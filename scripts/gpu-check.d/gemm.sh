@@ -22,9 +22,12 @@ for case in data.get("testcases", []):
     s = {r["m"]: r["speedup_vs_cublas_fp16"] for r in d["rows"]}
     us = {r["m"]: r["gpuopt_fp16_us"] for r in d["rows"]}
     met = d.get("targets_met")
+    of_read = {r["m"]: r.get("fraction_of_stream_read", 0) for r in d["rows"]}
     print(f"RESULT: {case['key']} x cuBLAS M1 {s.get(1, 0):.2f} M16 {s.get(16, 0):.2f} "
           f"M64 {s.get(64, 0):.2f} min {d['min_speedup_vs_cublas_fp16']:.2f} "
-          f"(M1 {us.get(1, 0):.1f} us)" + ("" if met is None else f" targets {'met' if met else 'MISSED'}"))
+          f"(M1 {us.get(1, 0):.1f} us, {100 * of_read.get(1, 0):.0f}% of a plain read "
+          f"{d.get('stream_read_us', 0):.1f} us)"
+          + ("" if met is None else f" targets {'met' if met else 'MISSED'}"))
 PY
 GPUOPT_GEMM_M=1,16 GPUOPT_GEMM_DETERMINISTIC=1 "$bin/gpuopt" bench gemm --quick --json \
   --only k8192_n28672 >"$out/gemm_deterministic.json" 2>>"$out/gemm.stderr"

@@ -91,9 +91,9 @@ struct Events {
   }
 };
 
-// Median microseconds of `samples` launches (after `warmup`), launch i using rotation i % count.
-StatusOr<double> median_us(const std::function<Status(int)>& launch, int rotations, int warmup,
-                           int samples, cudaStream_t stream) {
+// Microseconds of `samples` launches (after `warmup`), launch i using rotation i % count.
+StatusOr<Summary> time_us(const std::function<Status(int)>& launch, int rotations, int warmup,
+                          int samples, cudaStream_t stream) {
   for (int i = 0; i < warmup; ++i) GPUOPT_RETURN_IF_ERROR(launch(i % rotations));
   Events events;
   events.events.resize(2 * samples, nullptr);
@@ -111,7 +111,7 @@ StatusOr<double> median_us(const std::function<Status(int)>& launch, int rotatio
     GPUOPT_CUDA_TRY(cudaEventElapsedTime(&ms, events.events[2 * i], events.events[2 * i + 1]));
     times[i] = ms * 1000.0;
   }
-  return summarize(times).median;
+  return summarize(times);
 }
 
 // Random weights straight in the kernel layout (repacking 200M nibbles on the host is slow and the
@@ -224,14 +224,15 @@ class ShapeTestcase : public Testcase {
     DeviceBuffer sink;
     GPUOPT_RETURN_IF_ERROR(sink.allocate(sizeof(unsigned)));
     const std::size_t tile_bytes = static_cast<std::size_t>(k) * n / 2;
-    GPUOPT_ASSIGN_OR_RETURN(const double read_us, median_us(
-                                                      [&](int r) {
-                                                        return launch_stream_read(
-                                                            weights[0][r].tiles, tile_bytes,
-                                                            static_cast<unsigned*>(sink.pointer),
-                                                            stream);
-                                                      },
-                                                      rotations, warmup, samples, stream));
+    GPUOPT_ASSIGN_OR_RETURN(const Summary read, time_us(
+                                                    [&](int r) {
+                                                      return launch_stream_read(
+                                                          weights[0][r].tiles, tile_bytes,
+                                                          static_cast<unsigned*>(sink.pointer),
+                                                          stream);
+                                                    },
+                                                    rotations, warmup, samples, stream));
+    const double read_us = read.median;
     const double read_equivalent_us = read_us * static_cast<double>(compressed) / tile_bytes;
 
     kernels::CublasGemm cublas;
@@ -255,6 +256,7 @@ class ShapeTestcase : public Testcase {
       nlohmann::json row;
       row["m"] = m;
       double gpuopt_us[2] = {0, 0}, cublas_us[2] = {0, 0};
+      double gpuopt_spread = 0, cublas_spread = 0;  // (p90 - p10) / median, fp16
       std::string config;
       for (int t = 0; t < 2; ++t) {
         const ActivationType type = t == 0 ? ActivationType::kFloat16 : ActivationType::kBFloat16;
@@ -272,16 +274,20 @@ class ShapeTestcase : public Testcase {
           gemms.push_back(std::move(gemm));
         }
         if (t == 0) config = gemms[0]->config().describe();
-        GPUOPT_ASSIGN_OR_RETURN(
-            gpuopt_us[t], median_us([&](int r) { return gemms[r]->run(stream); }, rotations, warmup,
-                                    samples, stream));
-        GPUOPT_ASSIGN_OR_RETURN(cublas_us[t], median_us(
-                                                  [&](int r) {
-                                                    return cublas.run(type, m, n, k, x.pointer,
-                                                                      dense[r].pointer, y.pointer,
-                                                                      stream);
-                                                  },
-                                                  dense_rotations, warmup, samples, stream));
+        GPUOPT_ASSIGN_OR_RETURN(const Summary ours,
+                                time_us([&](int r) { return gemms[r]->run(stream); }, rotations,
+                                        warmup, samples, stream));
+        gpuopt_us[t] = ours.median;
+        if (t == 0) gpuopt_spread = ours.relative_spread();
+        GPUOPT_ASSIGN_OR_RETURN(const Summary theirs,
+                                time_us(
+                                    [&](int r) {
+                                      return cublas.run(type, m, n, k, x.pointer, dense[r].pointer,
+                                                        y.pointer, stream);
+                                    },
+                                    dense_rotations, warmup, samples, stream));
+        cublas_us[t] = theirs.median;
+        if (t == 0) cublas_spread = theirs.relative_spread();
       }
       // The dequantise + cuBLAS path, measured where it might win (large M).
       std::optional<double> fallback_us;
@@ -294,9 +300,9 @@ class ShapeTestcase : public Testcase {
         DeviceBuffer workspace;
         GPUOPT_RETURN_IF_ERROR(workspace.allocate(bytes));
         GPUOPT_RETURN_IF_ERROR(fallback.initialize(arguments, workspace.pointer, stream));
-        GPUOPT_ASSIGN_OR_RETURN(double us, median_us([&](int) { return fallback.run(stream); }, 1,
-                                                     2, std::min(samples, 10), stream));
-        fallback_us = us;
+        GPUOPT_ASSIGN_OR_RETURN(Summary us, time_us([&](int) { return fallback.run(stream); }, 1, 2,
+                                                    std::min(samples, 10), stream));
+        fallback_us = us.median;
       }
       const double moved =
           static_cast<double>(compressed) + 2.0 * m * k + 2.0 * m * n;  // bytes read + written
@@ -307,6 +313,8 @@ class ShapeTestcase : public Testcase {
       row["gpuopt_fp16_us"] = gpuopt_us[0];
       row["gpuopt_bf16_us"] = gpuopt_us[1];
       row["cublas_fp16_us"] = cublas_us[0];
+      row["gpuopt_fp16_spread"] = gpuopt_spread;
+      row["cublas_fp16_spread"] = cublas_spread;
       row["cublas_bf16_us"] = cublas_us[1];
       row["speedup_vs_cublas_fp16"] = speedup;
       row["speedup_bf16_vs_cublas_bf16"] = speedup_bf16;
@@ -332,6 +340,7 @@ class ShapeTestcase : public Testcase {
     result.data["cublas_rotations"] = dense_rotations;
     result.data["samples"] = samples;
     result.data["stream_read_us"] = read_us;
+    result.data["stream_read_spread"] = read.relative_spread();
     result.data["stream_read_gbps"] = tile_bytes / (read_us * 1e-6) / 1e9;
     result.data["rows"] = rows;
     result.data["min_speedup_vs_cublas_fp16"] = min_speedup;

@@ -40,30 +40,24 @@ struct DirectParams {
 
 // Per-column constants of one quantization group for the 8 columns j = 0..7 a lane owns
 // (column 8j + lane/4 of the strip): the scales, and what the dequantisation subtracts.
-template <typename T, bool kZeros, bool kLean>
+template <typename T, bool kZeros>
 struct GroupConstants {
   uint4 scale_bits;  // 8 fp16/bf16 scales, converted to fp32 when a group is flushed
-  uint2 zero_bits;   // 8 zero-points (bytes), kZeros only
-  // Not lean, with zero-points: fp16 1024 + zero and -(64 + zero), bf16 128 + zero (pairs).
-  // Without, the symmetric zero 8 is a constant (sub/nsub below): no registers spent on it.
-  std::uint32_t zsub[kZeros && !kLean ? 8 : 1];
-  std::uint32_t znsub[kZeros && !kLean && std::is_same_v<T, __half> ? 8 : 1];
+  // With zero-points: fp16 1024 + zero and -(64 + zero), bf16 128 + zero (pairs). Without, the
+  // symmetric zero 8 is a constant (sub/nsub below): no registers spent on it.
+  std::uint32_t zsub[kZeros ? 8 : 1];
+  std::uint32_t znsub[kZeros && std::is_same_v<T, __half> ? 8 : 1];
   __device__ __forceinline__ std::uint32_t sub(int j) const {
-    if constexpr (kZeros && !kLean) return zsub[j];
+    if constexpr (kZeros) return zsub[j];
     return std::is_same_v<T, __half> ? 0x64086408u : 0x43084308u;  // 1032 / 136
   }
   __device__ __forceinline__ std::uint32_t nsub(int j) const {
-    if constexpr (kZeros && !kLean && std::is_same_v<T, __half>) return znsub[j];
+    if constexpr (kZeros && std::is_same_v<T, __half>) return znsub[j];
     return 0xD480D480u;  // fp16 -72
   }
   __device__ __forceinline__ float scale(int j) const {
     const std::uint32_t w[4] = {scale_bits.x, scale_bits.y, scale_bits.z, scale_bits.w};
     return bits_to_float<T>(w[j / 2] >> (16 * (j % 2)));
-  }
-  __device__ __forceinline__ float zero(int j) const {
-    if constexpr (!kZeros) return 8.0f;
-    const std::uint32_t word = j < 4 ? zero_bits.x : zero_bits.y;
-    return static_cast<float>((word >> (8 * (j % 4))) & 0xffu);
   }
 };
 
@@ -72,15 +66,15 @@ __device__ __forceinline__ std::uint32_t pair_bits(float value) {
   return as_bits(float2_to_pair<T>(value, value));
 }
 
-template <typename T, bool kZeros, bool kLean>
+template <typename T, bool kZeros>
 __device__ __forceinline__ void decode_group(const uint4& scale_bits, const uint2& zero_bits,
-                                             GroupConstants<T, kZeros, kLean>& out) {
+                                             GroupConstants<T, kZeros>& out) {
   out.scale_bits = scale_bits;
-  out.zero_bits = zero_bits;
-  if constexpr (kZeros && !kLean) {
+  if constexpr (kZeros) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float zero = out.zero(j);
+      const std::uint32_t word = j < 4 ? zero_bits.x : zero_bits.y;
+      const float zero = static_cast<float>((word >> (8 * (j % 4))) & 0xffu);
       if constexpr (std::is_same_v<T, __half>) {
         out.zsub[j] = pair_bits<T>(1024.0f + zero);
         out.znsub[j] = pair_bits<T>(-(64.0f + zero));
@@ -94,10 +88,9 @@ __device__ __forceinline__ void decode_group(const uint4& scale_bits, const uint
 // Word i of a lane's 16 bytes -> the A fragment {a0, a1, a2, a3} of m16 tile i (columns 16i..16i+15
 // of the strip): nibbles 0/4 -> a0 (column j = 2i, k 2c, 2c+1), 1/5 -> a2 (j = 2i, k + 8),
 // 2/6 -> a1 (j = 2i + 1), 3/7 -> a3. Values are q - zero exactly (the scale comes later, in fp32).
-template <typename T, bool kZeros, bool kLean>
+template <typename T, bool kZeros>
 __device__ __forceinline__ void dequantize(std::uint32_t word, int i,
-                                           const GroupConstants<T, kZeros, kLean>& g,
-                                           std::uint32_t* a) {
+                                           const GroupConstants<T, kZeros>& g, std::uint32_t* a) {
   using Pair = typename TypeTraits<T>::Pair;
   if constexpr (std::is_same_v<T, __half>) {
     // 0x64006400 | nibble = 1024 + q; the high nibble of a byte gives 1024 + 16q, scaled by 1/16.
@@ -124,52 +117,12 @@ __device__ __forceinline__ void dequantize(std::uint32_t word, int i,
   }
 }
 
-// Lean form: the A fragment holds the magic-offset values as they come out of lop3 (fp16: 1024 + q
-// for the low nibbles, k 2c, 2c+1, and 1024 + 16q for the high ones, k 2c+8, 2c+9, whose x is
-// pre-scaled by 1/16; bf16: 128 + q everywhere). What the offsets and the zero-points add is taken
-// out per group with one extra mma (correction_fragment): 5 (fp16) or 7 (bf16) instructions per
-// word instead of 9 or 11.
-template <typename T>
-__device__ __forceinline__ void dequantize_lean(std::uint32_t word, std::uint32_t* a) {
-  if constexpr (std::is_same_v<T, __half>) {
-    a[0] = and_or(word, 0x000f000fu, 0x64006400u);
-    a[2] = and_or(word, 0x00f000f0u, 0x64006400u);
-    const std::uint32_t shifted = word >> 8;
-    a[1] = and_or(shifted, 0x000f000fu, 0x64006400u);
-    a[3] = and_or(shifted, 0x00f000f0u, 0x64006400u);
-  } else {
-    a[0] = and_or(word, 0x000f000fu, 0x43004300u);
-    a[2] = and_or(word >> 4, 0x000f000fu, 0x43004300u);
-    a[1] = and_or(word >> 8, 0x000f000fu, 0x43004300u);
-    a[3] = and_or(word >> 12, 0x000f000fu, 0x43004300u);
-  }
-}
-
-// The A fragment whose product with a k16 tile of x gives, in rows g (c0, c1), the magic offset's
-// share (fp16: 1024 x for every k, the high half already holding x/16; bf16: 128 x) and, in rows
-// g + 8 (c2, c3), the plain sum of x (fp16: 1 x low half, 16 x the pre-scaled high half).
-template <typename T>
-__device__ __forceinline__ void correction_fragment(std::uint32_t* a) {
-  if constexpr (std::is_same_v<T, __half>) {
-    a[0] = 0x64006400u;  // 1024 (row g, k 2c..)
-    a[1] = 0x3c003c00u;  // 1    (row g + 8)
-    a[2] = 0x64006400u;  // 1024 (row g, k 2c+8..)
-    a[3] = 0x4c004c00u;  // 16   (row g + 8)
-  } else {
-    a[0] = 0x43004300u;  // 128
-    a[1] = 0x3f803f80u;  // 1
-    a[2] = 0x43004300u;
-    a[3] = 0x3f803f80u;
-  }
-}
-
 // kN8: n8 tiles of x rows (8 or 16 rows); kWarps per block; kUnroll: k16 tiles per stage;
 // kStages: stages in each warp's ring (kStages - 1 in flight while one is read). kStageGroups:
 // quantization groups are whole stages (group_tiles % kUnroll == 0, checked by the host), so group
-// boundaries are looked for once per stage instead of once per tile. kLean: dequantize_lean plus
-// one correction mma per tile (see there) instead of subtracting the offsets per value.
-template <typename T, int kN8, int kWarps, int kUnroll, int kStages, bool kZeros, bool kStageGroups,
-          bool kLean>
+// boundaries are looked for once per stage instead of once per tile. 4 blocks of 4 warps per SM
+// (<= 128 registers) with 8 rows, 3 with 16.
+template <typename T, int kN8, int kWarps, int kUnroll, int kStages, bool kZeros, bool kStageGroups>
 __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     k_w4a16_direct(const DirectParams p) {
   static_assert(kUnroll % 2 == 0, "x fragments are loaded for two k16 tiles at a time");
@@ -243,7 +196,7 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   int strip_first_unit = u_begin;  // this warp's first unit in `strip`
   std::size_t column_offset = 0;
   int group = 0, left = 0;
-  GroupConstants<T, kZeros, kLean> constants;
+  GroupConstants<T, kZeros> constants;
   uint4 next_scale = make_uint4(0, 0, 0, 0);
   uint2 next_zero = make_uint2(0, 0);
   auto load_next = [&]() {
@@ -267,18 +220,15 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     if constexpr (kZeros) {
       zero = __ldg(reinterpret_cast<const uint2*>(p.zeros + group * group_stride + column_offset));
     }
-    decode_group<T, kZeros, kLean>(scale, zero, constants);
+    decode_group<T, kZeros>(scale, zero, constants);
     load_next();
   };
   start_strip((u_begin - strip * p.units_per_strip) * kUnroll);
 
   float acc[kN8][4][4];
   float group_acc[kN8][4][4];
-  float correction[kN8][4];  // kLean: per token column, rows g (offset share) and g + 8 (sum of x)
 #pragma unroll
   for (int r = 0; r < kN8; ++r) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) correction[r][e] = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -296,20 +246,9 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
 #pragma unroll
         for (int t = 0; t < 2; ++t) {  // token column: e % 2
           const int e = 2 * half + t;
-          float value = group_acc[r][i][e];
-          if constexpr (kLean) {
-            value -= correction[r][t] + constants.zero(j) * correction[r][2 + t];
-          }
-          acc[r][i][e] += scale * value;
+          acc[r][i][e] += scale * group_acc[r][i][e];
           group_acc[r][i][e] = 0.0f;
         }
-      }
-    }
-    if constexpr (kLean) {
-#pragma unroll
-      for (int r = 0; r < kN8; ++r) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) correction[r][e] = 0.0f;
       }
     }
   };
@@ -317,7 +256,7 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     flush_group();
     ++group;
     left = p.group_tiles;
-    decode_group<T, kZeros, kLean>(next_scale, next_zero, constants);
+    decode_group<T, kZeros>(next_scale, next_zero, constants);
     load_next();
   };
 
@@ -380,8 +319,6 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   const int x_column = kN8 == 1 ? 8 * (lane / 8) : 8 * ((lane / 8) % 2);
   const std::uint32_t x_lane = static_cast<std::uint32_t>(__cvta_generic_to_shared(x_ring)) +
                                ((x_row < p.m ? x_row : 0) * kXPitch + x_column) * 2;
-  std::uint32_t fix[4];
-  if constexpr (kLean) correction_fragment<T>(fix);
 
   for (int s = 0; s < count; ++s) {
     // Refill the slot read one stage ago (its reads are done: their values were used) with stage
@@ -434,33 +371,15 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if constexpr (kLean && std::is_same_v<T, __half>) {
-          // The high-nibble rows (b1: k 2c+8, 2c+9) meet 1024 + 16q: x / 16 (exact) there.
-          const __half2 sixteenth = __float2half2_rn(1.0f / 16.0f);
-#pragma unroll
-          for (int r = 0; r < kN8; ++r) {
-            xf[h][2 * r + 1] = as_bits(__hmul2(as_pair<Pair>(xf[h][2 * r + 1]), sixteenth));
-          }
-        }
         const uint4 q = batch[2 * pair + h];
         const std::uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           std::uint32_t a[4];
-          if constexpr (kLean) {
-            dequantize_lean<T>(words[i], a);
-          } else {
-            dequantize<T, kZeros, kLean>(words[i], i, constants, a);
-          }
+          dequantize<T, kZeros>(words[i], i, constants, a);
 #pragma unroll
           for (int r = 0; r < kN8; ++r) {
             mma_16816<T>(group_acc[r][i], a, xf[h][2 * r], xf[h][2 * r + 1]);
-          }
-        }
-        if constexpr (kLean) {
-#pragma unroll
-          for (int r = 0; r < kN8; ++r) {
-            mma_16816<T>(correction[r], fix, xf[h][2 * r], xf[h][2 * r + 1]);
           }
         }
         if constexpr (!kStageGroups) {
@@ -486,42 +405,32 @@ using DirectKernel = void (*)(DirectParams);
 struct DirectVariant {
   DirectKernel function;
   int n8, unroll, stages;
-  bool stage_groups, lean;
 };
 
-// 8 rows (n8 = 1) or 16 (n8 = 2); 4 stages of 4 k16 tiles; per-stage or per-tile group checks;
-// lean or offset-subtracting dequantisation.
-template <typename T, bool kZeros, int kN8, bool kLean>
+template <typename T, bool kZeros, int kN8>
 DirectVariant direct_variant(bool stage_groups) {
-  if (stage_groups) {
-    return {
-        &k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, true, kLean>, kN8, 4, 4, true, kLean};
-  }
-  return {
-      &k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, false, kLean>, kN8, 4, 4, false, kLean};
+  if (stage_groups) return {&k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, true>, kN8, 4, 4};
+  return {&k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, false>, kN8, 4, 4};
 }
 
-template <typename T, bool kZeros>
-DirectVariant direct_variant(int n8, bool stage_groups, bool lean) {
-  if (n8 == 1) {
-    return lean ? direct_variant<T, kZeros, 1, true>(stage_groups)
-                : direct_variant<T, kZeros, 1, false>(stage_groups);
-  }
-  return lean ? direct_variant<T, kZeros, 2, true>(stage_groups)
-              : direct_variant<T, kZeros, 2, false>(stage_groups);
-}
-
-// variant: bit 0 = 16 rows, bit 1 = per-stage group checks, bit 2 = lean.
+// variant: bit 0 = 16 rows (else 8), bit 1 = per-stage group checks (else per tile).
 DirectVariant direct_variant_for(ActivationType type, bool zeros, int variant) {
-  const int n8 = (variant & 1) ? 2 : 1;
+  const bool sixteen = (variant & 1) != 0;
   const bool stage_groups = (variant & 2) != 0;
-  const bool lean = (variant & 4) != 0;
   if (type == ActivationType::kFloat16) {
-    return zeros ? direct_variant<__half, true>(n8, stage_groups, lean)
-                 : direct_variant<__half, false>(n8, stage_groups, lean);
+    if (zeros) {
+      return sixteen ? direct_variant<__half, true, 2>(stage_groups)
+                     : direct_variant<__half, true, 1>(stage_groups);
+    }
+    return sixteen ? direct_variant<__half, false, 2>(stage_groups)
+                   : direct_variant<__half, false, 1>(stage_groups);
   }
-  return zeros ? direct_variant<__nv_bfloat16, true>(n8, stage_groups, lean)
-               : direct_variant<__nv_bfloat16, false>(n8, stage_groups, lean);
+  if (zeros) {
+    return sixteen ? direct_variant<__nv_bfloat16, true, 2>(stage_groups)
+                   : direct_variant<__nv_bfloat16, true, 1>(stage_groups);
+  }
+  return sixteen ? direct_variant<__nv_bfloat16, false, 2>(stage_groups)
+                 : direct_variant<__nv_bfloat16, false, 1>(stage_groups);
 }
 
 int env_int(const char* name, int fallback) {
@@ -545,12 +454,9 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   if (m > 16) {
     return failed_precondition("W4A16 direct kernel: M=" + std::to_string(m) + " > 16");
   }
-  // Lean dequantisation only with GPUOPT_W4A16_DIRECT_LEAN=1 (as fast at 8 rows, slower at 16: it
-  // spills there; docs/w4a16-gemm.md); per-stage group checks where groups are
-  // whole stages.
-  const bool lean = env_int("GPUOPT_W4A16_DIRECT_LEAN", 0) != 0;
+  // Per-stage group checks where quantization groups are whole stages (4 k16 tiles).
   const bool stage_groups = (w.group_size / kTileK) % 4 == 0;
-  const int variant = (m > 8 ? 1 : 0) | (stage_groups ? 2 : 0) | (lean ? 4 : 0);
+  const int variant = (m > 8 ? 1 : 0) | (stage_groups ? 2 : 0);
   const DirectVariant kernel = direct_variant_for(w.type, w.has_zeros, variant);
   const int strips = w.n / kTileN;
   const int units_per_strip = w.k / (kTileK * kernel.unroll);
