@@ -2,8 +2,9 @@
 # The Hopper wgmma W4A16 kernel (force_path 5) against cuBLAS fp16 and the default path at
 # M = 32..256 on the two Llama-3-70B shapes: JSON to $OUT/gemm_wgmma_*.json, one RESULT line per
 # (shape, M): gpuopt fp16 us, cuBLAS fp16 us, speedup, config. GPUOPT_W4A16_WGMMA_VARIANT /
-# GPUOPT_W4A16_WGMMA_SPLITS, when set, pass through to the planner. GEMM_WGMMA_SWEEP=1 adds a sweep
-# of the warp-specialised variants (5: 128 tokens at M=64..256, 6: 64 tokens at M=32,64) over
+# GPUOPT_W4A16_WGMMA_SPLITS, when set, pass through to the planner; the path5_old rows set
+# GPUOPT_W4A16_WGMMA_OLD=1 (the per-M variant choice before the fast-copy variants 7-9).
+# GEMM_WGMMA_SWEEP=1 adds a sweep of the warp-specialised variants (5: 128 tokens at M=64..256, 6: 64 tokens at M=32,64) over
 # forced k-splits, stopping after GEMM_WGMMA_BUDGET_S seconds (default 100).
 set -uo pipefail
 out="${OUT:-.}"
@@ -39,6 +40,8 @@ PY
 
 for shape in k8192_n28672 k28672_n8192; do
   bench path5 "$shape" 32,64,128,256 GPUOPT_GEMM_FORCE_PATH=5
+  # The per-M variants before the fast-copy ones (4/3/2 instead of 7/8/9), for an A/B in one run.
+  bench path5_old "$shape" 32,64,128,256 GPUOPT_GEMM_FORCE_PATH=5 GPUOPT_W4A16_WGMMA_OLD=1
   if [ "${GEMM_WGMMA_SWEEP:-0}" != 1 ]; then
     bench default "$shape" 32,64,128,256
   fi

@@ -294,8 +294,15 @@ __device__ __forceinline__ void dequantize_scaled(std::uint32_t word, const Cons
 // strip w % kS (word_base = (w / kS) * kS), and wgmma i takes word word_base + i from every warp:
 // its 64 rows are, per warp, the 16 columns 16(word_base + i)..+15 of that warp's strip. So every
 // weight byte in shared memory is read once, by one lane, with one LDS.
+//
+// kFastCopy (variants 7-9): the SASS of the generic load_stage below was ~700 instructions a stage
+// (runtime div/mod, 64-bit index math and spills per 16-byte copy, in partly unrolled loops), more
+// than the decode and wgmma issue of the stage. The fast form fixes each thread's copies once
+// (compile-time counts, per-thread bases) so a stage only adds its k offset, and copies a k16
+// tile's scales/zeros only where the decode loop reads them (the first tile of the split and of
+// each group), not for every k16 tile.
 template <typename T, int kWarpgroups, int kS, int kTokens, int kStages, int kMinBlocks,
-          bool kZeros>
+          bool kZeros, bool kFastCopy = false>
 __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     k_w4a16_wgmma(const WgmmaParams p) {
 #if GPUOPT_WGMMA_DEVICE
@@ -385,6 +392,85 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     }
   };
 
+  // ---- kFastCopy: per-thread copy bases ----
+  constexpr int kXCopies = kTokens * 8 / kThreads;
+  constexpr int kWeightCopies = kBlockStrips * kStageTiles * 32 / kThreads;
+  static_assert(kTokens * 8 % kThreads == 0 && kThreads % 128 == 0, "whole copies per thread");
+  // x: thread tid copies chunk tid % 8 of rows tid / 8 + j * kThreads / 8; kThreads / 8 is a
+  // multiple of 8, so the swizzle (chunk ^ row % 8) is the same for every j.
+  const int x_row = tid / 8;
+  const int x_chunk = tid % 8;
+  const std::uint32_t x_dst = x_row * 128 + ((x_chunk ^ (x_row % 8)) * 16);
+  const T* const x_src = x + static_cast<std::size_t>(token0 + x_row) * p.k + x_chunk * 8;
+  const int x_rows_left = p.m - token0 - x_row;  // copy j is real when j * kThreads / 8 < this
+  // Weights: copy j is 16-byte chunk q = tid + j * kThreads of the stage's [4 strips][4 k16][512 B]
+  // (strip q / 128, offset q % 128 in the strip's contiguous 2 KB of the stage).
+  const uint4* const w_src =
+      p.tiles + (static_cast<std::size_t>(first_strip + tid / 128) * p.k_tiles) * 32 + tid % 128;
+  const int w_strips_left = p.strips - first_strip - tid / 128;
+  // Scales (tid < 128): k16 tile tid / 32, strip (tid / 8) % 4, chunk tid % 8; zeros (tid < 64):
+  // tile tid / 16, strip (tid / 4) % 4, chunk tid % 4.
+  const int sc_kk = tid / 32;
+  const int sc_strip = first_strip + (tid / 8) % kBlockStrips;
+  const int z_kk = tid / 16;
+  const int z_strip = first_strip + (tid / 4) % kBlockStrips;
+
+  auto load_stage_fast = [&](int slot, int stage) {
+    const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
+    const int k0 = stage * kStageK;
+    const int t0 = stage * kStageTiles;
+#pragma unroll
+    for (int j = 0; j < kXCopies; ++j) {
+      const bool valid = j * (kThreads / 8) < x_rows_left;  // rows past M are zero
+      copy_16(slot_address + Layout::kX + x_dst + j * kThreads * 16,
+              valid ? x_src + static_cast<std::size_t>(j) * (kThreads / 8) * p.k + k0 : x,
+              valid ? 16 : 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kWeightCopies; ++j) {
+      const bool valid = j * (kThreads / 128) < w_strips_left;  // the last tile of N % 256 != 0
+      copy_16_hint(
+          slot_address + Layout::kWeights + (tid + j * kThreads) * 16,
+          valid ? w_src + static_cast<std::size_t>(j) * (kThreads / 128) * p.k_tiles * 32 + t0 * 32
+                : p.tiles,
+          valid ? 16 : 0, policy);
+    }
+    if (tid < kStageTiles * kBlockStrips * 8) {
+      const int t = t0 + sc_kk;
+      const int group = t / p.group_tiles;
+      // Only the tiles where the decode loop loads constants: a group's first, the split's first.
+      if (t == group * p.group_tiles || t == s0 * kStageTiles) {
+        const bool valid = sc_strip < p.strips;
+        copy_16(slot_address + Layout::kScales + tid * 16,
+                p.scales +
+                    (static_cast<std::size_t>(group) * p.strips + (valid ? sc_strip : 0)) * 64 +
+                    x_chunk * 8,
+                valid ? 16 : 0);
+      }
+    }
+    if constexpr (kZeros) {
+      if (tid < kStageTiles * kBlockStrips * 4) {
+        const int t = t0 + z_kk;
+        const int group = t / p.group_tiles;
+        if (t == group * p.group_tiles || t == s0 * kStageTiles) {
+          const bool valid = z_strip < p.strips;
+          copy_16(slot_address + Layout::kZeros + tid * 16,
+                  p.zeros +
+                      (static_cast<std::size_t>(group) * p.strips + (valid ? z_strip : 0)) * 64 +
+                      (tid % 4) * 16,
+                  valid ? 16 : 0);
+        }
+      }
+    }
+  };
+  auto load = [&](int slot, int stage) {
+    if constexpr (kFastCopy) {
+      load_stage_fast(slot, stage);
+    } else {
+      load_stage(slot, stage);
+    }
+  };
+
   float acc[kS][kTokens / 2];
 #pragma unroll
   for (int i = 0; i < kS; ++i) {
@@ -396,7 +482,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
 
 #pragma unroll
   for (int i = 0; i < kStages - 2; ++i) {
-    if (s0 + i < s1) load_stage(i, s0 + i);
+    if (s0 + i < s1) load(i, s0 + i);
     copy_async_commit();
   }
 
@@ -415,12 +501,33 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     // still running), and every warp has read its weights and constants (the barrier above).
     {
       const int next = stage + kStages - 2;
-      if (next < s1)
-        load_stage(slot + kStages - 2 >= kStages ? slot - 2 : slot + kStages - 2, next);
+      if (next < s1) load(slot + kStages - 2 >= kStages ? slot - 2 : slot + kStages - 2, next);
       copy_async_commit();
     }
     const unsigned char* stage_memory = base + slot * Layout::kBytes;
     const std::uint32_t x_address = base_address + slot * Layout::kBytes + Layout::kX;
+    // kFastCopy: the stage's weight words read up front, so one shared-memory latency per stage
+    // (not one per k16 tile between a wgmma wait and the next decode).
+    std::uint32_t stage_words[kFastCopy ? kStageTiles : 1][kS];
+    if constexpr (kFastCopy) {
+#pragma unroll
+      for (int kk = 0; kk < kStageTiles; ++kk) {
+        const unsigned char* weights = stage_memory + Layout::kWeights +
+                                       (strip_local * kStageTiles + kk) * kTileBytes + lane * 16 +
+                                       word_base * 4;
+        if constexpr (kS == 4) {
+          const uint4 v = *reinterpret_cast<const uint4*>(weights);
+          stage_words[kk][0] = v.x;
+          stage_words[kk][1] = v.y;
+          stage_words[kk][2] = v.z;
+          stage_words[kk][3] = v.w;
+        } else {
+          const uint2 v = *reinterpret_cast<const uint2*>(weights);
+          stage_words[kk][0] = v.x;
+          stage_words[kk][1] = v.y;
+        }
+      }
+    }
 #pragma unroll
     for (int kk = 0; kk < kStageTiles; ++kk) {
       if (left == 0) {
@@ -434,7 +541,10 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
       const unsigned char* weights = stage_memory + Layout::kWeights +
                                      (strip_local * kStageTiles + kk) * kTileBytes + lane * 16 +
                                      word_base * 4;
-      if constexpr (kS == 4) {
+      if constexpr (kFastCopy) {
+#pragma unroll
+        for (int i = 0; i < kS; ++i) words[i] = stage_words[kk][i];
+      } else if constexpr (kS == 4) {
         const uint4 v = *reinterpret_cast<const uint4*>(weights);
         words[0] = v.x;
         words[1] = v.y;
@@ -469,7 +579,44 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
   T* y = static_cast<T*>(p.y);
   const bool whole = p.splits == 1;
   const int strip = first_strip + strip_local;
-  if (strip < p.strips) {
+  if constexpr (kFastCopy) {
+    // Split-K partials through shared memory: [kTokens][256 + 4] fp32 (the pad spreads the 32
+    // lanes of a store over 32 banks), then one 16-byte atomic per 4 columns instead of 4 scalar
+    // ones (the fp32 atomics of 7 splits at M=64 are ~13 M L2 operations on 8192x28672).
+    constexpr int kPitch = kBlockColumns + 4;
+    static_assert(kTokens * kPitch * 4 <= kStages * Layout::kBytes, "partial tile fits the stages");
+    if (!whole) {
+      copy_async_wait<0>();
+      __syncthreads();  // every warp is done with the stages
+      float* tile = reinterpret_cast<float*>(base);
+#pragma unroll
+      for (int i = 0; i < kS; ++i) {
+#pragma unroll
+        for (int jn = 0; jn < kTokens / 8; ++jn) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = 8 * jn + 2 * c + e % 2;
+            const int column = strip_local * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
+            tile[row * kPitch + column] = acc[i][4 * jn + e];
+          }
+        }
+      }
+      __syncthreads();
+      const int columns = min(kBlockColumns, p.n - first_strip * kTileN);
+      const int rows = min(kTokens, p.m - token0);
+      for (int q = tid; q < rows * (kBlockColumns / 4); q += kThreads) {
+        const int row = q / (kBlockColumns / 4);
+        const int c4 = q % (kBlockColumns / 4);
+        if (c4 * 4 >= columns) continue;
+        const float4 v = *reinterpret_cast<const float4*>(tile + row * kPitch + c4 * 4);
+        atomicAdd(
+            reinterpret_cast<float4*>(p.partial + static_cast<std::size_t>(token0 + row) * p.n +
+                                      first_strip * kTileN + c4 * 4),
+            v);
+      }
+    }
+  }
+  if (strip < p.strips && (whole || !kFastCopy)) {
 #pragma unroll
     for (int i = 0; i < kS; ++i) {
 #pragma unroll
@@ -776,10 +923,10 @@ struct WgmmaVariant {
 };
 
 template <typename T, int kWarpgroups, int kS, int kTokens, int kStages, int kMinBlocks,
-          bool kZeros>
+          bool kZeros, bool kFastCopy = false>
 WgmmaVariant make_variant() {
-  return {&k_w4a16_wgmma<T, kWarpgroups, kS, kTokens, kStages, kMinBlocks, kZeros>, kWarpgroups,
-          kTokens, kStages,
+  return {&k_w4a16_wgmma<T, kWarpgroups, kS, kTokens, kStages, kMinBlocks, kZeros, kFastCopy>,
+          kWarpgroups, kTokens, kStages,
           // + 1024: the kernel aligns the stages' base up to 1024 bytes.
           static_cast<std::size_t>(kStages) * StageLayout<kTokens>::kBytes + 1024};
 }
@@ -793,8 +940,9 @@ WgmmaVariant make_ws_variant() {
 // 0: 32 tokens, 1 warpgroup x 4 strips; 1: 64 tokens, the same; 2: 128 tokens, 2 warpgroups x 2
 // strips (accumulators: 4 x 16, 4 x 32 and 2 x 64 fp32 per thread); 3, 4: 64 and 32 tokens with 2
 // warpgroups x 2 strips and <= 128 registers (2 blocks = 16 warps per SM, to hide latency); 5, 6:
-// warp-specialised (a producer warpgroup + 2 consumer warpgroups x 2 strips), 128 and 64 tokens.
-constexpr int kVariants = 7;
+// warp-specialised (a producer warpgroup + 2 consumer warpgroups x 2 strips), 128 and 64 tokens;
+// 7, 8, 9: variants 4, 3 and 2 with kFastCopy (per-thread copy bases, scales copied per group).
+constexpr int kVariants = 10;
 
 template <typename T, bool kZeros>
 WgmmaVariant wgmma_variant(int variant) {
@@ -811,6 +959,12 @@ WgmmaVariant wgmma_variant(int variant) {
       return make_ws_variant<T, 128, 8, kZeros>();
     case 6:
       return make_ws_variant<T, 64, 10, kZeros>();
+    case 7:
+      return make_variant<T, 2, 2, 32, 6, 2, kZeros, true>();
+    case 8:
+      return make_variant<T, 2, 2, 64, 5, 2, kZeros, true>();
+    case 9:
+      return make_variant<T, 2, 2, 128, 5, 1, kZeros, true>();
     default:
       return make_variant<T, 2, 2, 128, 5, 1, kZeros>();
   }
@@ -862,7 +1016,9 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
   // warp-specialised variants 5/6 are correct but measured 1.5-3x slower at every M and k-split
   // (H200, 04:45 UTC; e.g. 8192x28672 M=128: v5 289.5 us at 1 split vs v2 243.9 us), so they are
   // reachable only through GPUOPT_W4A16_WGMMA_VARIANT.
-  int variant = m <= 32 ? 4 : m <= 64 ? 3 : 2;
+  int variant = m <= 32 ? 7 : m <= 64 ? 8 : 9;
+  // The per-M choice before the fast-copy variants, kept for A/B runs on the GPU machine.
+  if (env_int("GPUOPT_W4A16_WGMMA_OLD", 0) == 1) variant = m <= 32 ? 4 : m <= 64 ? 3 : 2;
   if (const int forced = env_int("GPUOPT_W4A16_WGMMA_VARIANT", -1);
       forced >= 0 && forced < kVariants) {
     variant = forced;

@@ -1,8 +1,8 @@
 // The Hopper wgmma W4A16 kernel (force_path 5) on the GPU against the CPU twin: fp16 and bf16,
 // every checkpoint format, group sizes 32/64/128/per-channel, M from 1 to 300, N not a multiple of
-// 256, K not a multiple of 128, every variant (the warp-specialised ones too) and forced k-splits,
-// each run twice or more (the split-K workspace must be left zero). Skips on GPUs other than
-// compute capability 9.0.
+// 256, K not a multiple of 128, every variant (the warp-specialised and fast-copy ones too) and
+// forced k-splits, each run twice or more (the split-K workspace must be left zero). Skips on GPUs
+// other than compute capability 9.0.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -88,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, W4A16WgmmaGpu, ::testing::ValuesIn(format_case
 
 TEST(W4A16WgmmaGpuVariants, EveryVariantAtEveryM) {
   GPUOPT_REQUIRE_SM90();
-  for (int variant = 0; variant < 7; ++variant) {
+  for (int variant = 0; variant < 10; ++variant) {
     ScopedEnv forced("GPUOPT_W4A16_WGMMA_VARIANT", variant);
     for (int m : {1, 17, 33, 64, 100, 256}) {
       SCOPED_TRACE("variant " + std::to_string(variant));
@@ -119,6 +119,24 @@ TEST(W4A16WgmmaGpuSplits, WarpSpecialisedForcedSplits) {
       SCOPED_TRACE("variant " + std::to_string(variant) + " splits " + std::to_string(splits));
       check_case({ActivationType::kFloat16, kFormats[2], 32, 200, 2048, 704, wgmma_options()}, 3);
       check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 2048, 512, wgmma_options()}, 2);
+    }
+  }
+}
+
+// The fast-copy variants (7-9) with forced k-splits: their split-K partials go through shared
+// memory and 16-byte atomics (N % 256 != 0 leaves a partial column tile, M % tokens != 0 a partial
+// token tile), and their scale/zero copies skip the k16 tiles inside a group (group 32 = 2 tiles,
+// so a stage holds two groups; splits that start mid-group).
+TEST(W4A16WgmmaGpuSplits, FastCopyForcedSplits) {
+  GPUOPT_REQUIRE_SM90();
+  for (int variant : {7, 8, 9}) {
+    ScopedEnv forced_variant("GPUOPT_W4A16_WGMMA_VARIANT", variant);
+    for (int splits : {1, 2, 3, 7}) {
+      ScopedEnv forced("GPUOPT_W4A16_WGMMA_SPLITS", splits);
+      SCOPED_TRACE("variant " + std::to_string(variant) + " splits " + std::to_string(splits));
+      check_case({ActivationType::kFloat16, kFormats[2], 32, 100, 2112, 704, wgmma_options()}, 3);
+      check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 3072, 448, wgmma_options()}, 2);
+      check_case({ActivationType::kFloat16, kFormats[3], 64, 33, 1344, 320, wgmma_options()}, 2);
     }
   }
 }
