@@ -978,7 +978,7 @@ WgmmaVariant wgmma_variant_for(ActivationType type, bool zeros, int variant) {
                : wgmma_variant<__nv_bfloat16, false>(variant);
 }
 
-int env_int(const char* name, int fallback) {
+[[maybe_unused]] int env_int(const char* name, int fallback) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return fallback;
   return std::atoi(value);
@@ -1015,7 +1015,9 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
   // warps) beat 1 warpgroup x 4 strips at M <= 64; 128 tokens per block beat 2 x 64 above. The
   // warp-specialised variants 5/6 are correct but measured 1.5-3x slower at every M and k-split
   // (H200, 04:45 UTC; e.g. 8192x28672 M=128: v5 289.5 us at 1 split vs v2 243.9 us), so they are
-  // reachable only through GPUOPT_W4A16_WGMMA_VARIANT.
+  // reachable only through GPUOPT_W4A16_WGMMA_VARIANT. The fast-copy forms 7/8/9 of variants
+  // 4/3/2 beat them at every M = 32..256 on both 70B shapes (H200, 05:00 UTC, same splits:
+  // 8192x28672 M=64 108.6 vs 147.4 us, 28672x8192 M=256 248.7 vs 333.5 us).
   int variant = m <= 32 ? 7 : m <= 64 ? 8 : 9;
   // The per-M choice before the fast-copy variants, kept for A/B runs on the GPU machine.
   if (env_int("GPUOPT_W4A16_WGMMA_OLD", 0) == 1) variant = m <= 32 ? 4 : m <= 64 ? 3 : 2;
@@ -1047,24 +1049,32 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
                                                                 kernel.shared_bytes));
   if (per_sm < 1) return internal_error("W4A16 wgmma kernel: 0 blocks per SM");
 
-  // k-splits: the fewest that fill one or more full waves to >= 85 % (more splits cost fp32
-  // partial traffic through L2 atomics), each split at least 4 stages long.
+  // k-splits: the best wave fill (blocks / (waves x slots)), ties (within 1 %) going to more
+  // splits (finer blocks balance the tail better), stopping at the first near-full wave (>= 95 %);
+  // each split at least 4 stages long, and at least 32 when that still gives every SM a block
+  // (short splits pay the pipeline fill and the partial-tile atomics too often). Measured on the
+  // H200 (05:00 UTC, fast-copy variants): 8192x28672 M=64 4 splits 101.8 us vs 7 108.6, M=128
+  // 172.0 vs 188.8; 28672x8192 M=32 8 splits 66.2 vs 4 81.6, M=128 4 138.6 vs 2 230.4.
   const int token_tiles = (m + kernel.tokens - 1) / kernel.tokens;
   const int tiles = column_tiles(w) * token_tiles;
   const int k_stages = w.k / kStageK;
   const int slots = per_sm * sms;
-  const int max_splits = std::max(1, std::min(8, k_stages / 4));
+  int max_splits = std::max(1, std::min(8, k_stages / 4));
+  if (const int long_splits = k_stages / 32;
+      long_splits >= 1 && static_cast<long long>(tiles) * long_splits >= sms) {
+    max_splits = std::min(max_splits, long_splits);
+  }
   int splits = 1;
   double best = 0;
   for (int s = 1; s <= max_splits; ++s) {
     const long long blocks = static_cast<long long>(tiles) * s;
     const long long waves = (blocks + slots - 1) / slots;
     const double efficiency = static_cast<double>(blocks) / static_cast<double>(waves * slots);
-    if (efficiency > best + 0.02) {
-      best = efficiency;
+    if (efficiency >= best - 0.01) {
+      best = std::max(best, efficiency);
       splits = s;
     }
-    if (efficiency >= 0.85) break;
+    if (efficiency >= 0.95) break;
   }
   if (const int forced = env_int("GPUOPT_W4A16_WGMMA_SPLITS", 0); forced > 0) {
     splits = std::min(forced, k_stages);
