@@ -4,8 +4,9 @@
 # (shape, M): gpuopt fp16 us, cuBLAS fp16 us, speedup, config. GPUOPT_W4A16_WGMMA_VARIANT /
 # GPUOPT_W4A16_WGMMA_SPLITS, when set, pass through to the planner; the path5_old rows set
 # GPUOPT_W4A16_WGMMA_OLD=1 (the per-M variant choice before the fast-copy variants 7-9).
-# GEMM_WGMMA_SWEEP=1 adds a sweep of the warp-specialised variants (5: 128 tokens at M=64..256, 6: 64 tokens at M=32,64) over
-# forced k-splits, stopping after GEMM_WGMMA_BUDGET_S seconds (default 100).
+# GEMM_WGMMA_SWEEP=1 adds a sweep of the default variants (7: 32 tokens at M=32, 8: 64 tokens at
+# M=64, 9: 128 tokens at M=128,256) over forced k-splits, stopping after GEMM_WGMMA_BUDGET_S seconds
+# (default 100).
 set -uo pipefail
 out="${OUT:-.}"
 bin="${GPUOPT_BIN:-./build/tools/gpuopt}"
@@ -49,13 +50,14 @@ done
 if [ "${GEMM_WGMMA_SWEEP:-0}" = 1 ]; then
   for splits in 1 2 4 3 6; do
     for shape in k8192_n28672 k28672_n8192; do
-      for variant in 5 6; do
+      for variant in 7 8 9; do
         if ((SECONDS - start > budget)); then
           echo "RESULT: gemm_wgmma sweep stopped at ${budget} s"
           exit 0
         fi
-        ms=64,128,256
-        [ "$variant" = 6 ] && ms=32,64
+        ms=128,256
+        [ "$variant" = 7 ] && ms=32
+        [ "$variant" = 8 ] && ms=64
         bench "v${variant}_s${splits}" "$shape" "$ms" GPUOPT_GEMM_FORCE_PATH=5 \
           GPUOPT_W4A16_WGMMA_VARIANT="$variant" GPUOPT_W4A16_WGMMA_SPLITS="$splits"
       done

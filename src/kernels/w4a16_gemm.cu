@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
@@ -822,13 +823,18 @@ struct Plan {
   std::size_t workspace_bytes = 0;
 };
 
-// 0 = the original kernels, 4 = direct, 5 = wgmma: the direct kernel up to 16 rows and the wgmma
-// kernel above (it refuses where there is no sm_90 code; the original kernels run there), both
-// measured faster than the original kernels at every M on the H200 (docs/w4a16-gemm.md). Never in
-// deterministic mode (its k-split must not depend on M) or when another path is forced.
-int choose_extra_kernel(const W4A16DeviceWeights&, int m, const W4A16Options& options) {
-  if (options.deterministic || options.force_path >= 0) return 0;
-  return m <= 16 ? 4 : 5;
+// The direct (4) and wgmma (5) kernels to try, in order; empty = the original kernels. The direct
+// kernel up to 16 rows, the wgmma kernel above (it refuses where there is no sm_90 code; the
+// original kernels run there), both measured faster than the original kernels at every M on the
+// H200; on small layers (K x N <= 2^24) the wgmma kernel from 8 rows (4096 x 4096: 12.3 vs 16.0 us
+// at M = 8, 13.6 vs 19.5 at M = 16; docs/PERFORMANCE.md). Never in deterministic mode (its k-split
+// must not depend on M) or when another path is forced.
+std::vector<int> extra_kernels(const W4A16DeviceWeights& w, int m, const W4A16Options& options) {
+  if (options.deterministic || options.force_path >= 0) return {};
+  const bool small = static_cast<long long>(w.k) * w.n <= (1ll << 24);
+  if (m > 16) return {5};
+  if (small && m >= 8) return {5, 4};
+  return {4};
 }
 
 StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Options& options) {
@@ -873,11 +879,11 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
     return plan;
   }
   config.path = W4A16Path::kTensorCore;
-  // The direct and wgmma kernels, where forced (chosen by M in choose_extra_kernel below).
-  const int extra = options.force_path == 4 || options.force_path == 5
-                        ? options.force_path
-                        : choose_extra_kernel(w, m, options);
-  if (extra != 0) {
+  // The direct and wgmma kernels: forced, or chosen by M (extra_kernels above).
+  const std::vector<int> extras = options.force_path == 4 || options.force_path == 5
+                                      ? std::vector<int>{options.force_path}
+                                      : extra_kernels(w, m, options);
+  for (const int extra : extras) {
     StatusOr<w4a16_detail::KernelPlan> kernel_plan = extra == 4
                                                          ? w4a16_detail::plan_direct(w, m, device)
                                                          : w4a16_detail::plan_wgmma(w, m, device);

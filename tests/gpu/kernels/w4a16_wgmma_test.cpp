@@ -1,6 +1,6 @@
 // The Hopper wgmma W4A16 kernel (force_path 5) on the GPU against the CPU twin: fp16 and bf16,
 // every checkpoint format, group sizes 32/64/128/per-channel, M from 1 to 300, N not a multiple of
-// 256, K not a multiple of 128, every variant (the warp-specialised and fast-copy ones too) and
+// 256, K not a multiple of 128, every variant (the fast-copy ones too) and
 // forced k-splits, each run twice or more (the split-K workspace must be left zero). Skips on GPUs
 // other than compute capability 9.0.
 #include <gtest/gtest.h>
@@ -105,21 +105,6 @@ TEST(W4A16WgmmaGpuSplits, ForcedSplitsLeaveTheWorkspaceClean) {
     SCOPED_TRACE("splits " + std::to_string(splits));
     check_case({ActivationType::kFloat16, kFormats[2], 128, 64, 2048, 512, wgmma_options()}, 3);
     check_case({ActivationType::kBFloat16, kFormats[0], 32, 130, 2048, 320, wgmma_options()}, 3);
-  }
-}
-
-// The warp-specialised variants (5, 6: producer warpgroup, mbarrier ring) with forced k-splits:
-// splits shorter than the ring, ring wrap-around, and the consumer-only fix-up barrier.
-TEST(W4A16WgmmaGpuSplits, WarpSpecialisedForcedSplits) {
-  GPUOPT_REQUIRE_SM90();
-  for (int variant : {5, 6}) {
-    ScopedEnv forced_variant("GPUOPT_W4A16_WGMMA_VARIANT", variant);
-    for (int splits : {1, 2, 5, 32}) {
-      ScopedEnv forced("GPUOPT_W4A16_WGMMA_SPLITS", splits);
-      SCOPED_TRACE("variant " + std::to_string(variant) + " splits " + std::to_string(splits));
-      check_case({ActivationType::kFloat16, kFormats[2], 32, 200, 2048, 704, wgmma_options()}, 3);
-      check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 2048, 512, wgmma_options()}, 2);
-    }
   }
 }
 
