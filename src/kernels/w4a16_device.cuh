@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gpuopt/kernels/w4a16.hpp"
+#include "w4a16_paths.hpp"
+
 namespace gpuopt::kernels::w4a16_detail {
 
 // ---- device helpers ----
@@ -50,11 +53,25 @@ __device__ __forceinline__ std::uint64_t evict_first_policy() {
   return policy;
 }
 
+// 16 bytes global -> shared (a shared-window address); src_bytes 0 zero-fills the destination.
+__device__ __forceinline__ void copy_async_16(std::uint32_t shared, const void* global,
+                                              int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void copy_async_16(std::uint32_t shared, const void* global) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared), "l"(global));
+}
+// The same with an L2 cache policy.
+__device__ __forceinline__ void copy_async_16_hint(std::uint32_t shared, const void* global,
+                                                   int src_bytes, std::uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(shared),
+               "l"(global), "r"(src_bytes), "l"(policy));
+}
+
 __device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool valid) {
-  const std::uint32_t address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
-  const int bytes = valid ? 16 : 0;  // 0 = zero-fill the destination
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global),
-               "r"(bytes));
+  copy_async_16(static_cast<std::uint32_t>(__cvta_generic_to_shared(shared)), global,
+                valid ? 16 : 0);
 }
 
 __device__ __forceinline__ void copy_async_16_streaming(void* shared, const void* global,
@@ -132,6 +149,19 @@ __device__ __forceinline__ T float_to_value(float a) {
   }
 }
 
+// Split-K fix-up: the 4 fp32 partials at `index` (read from L2, where the atomics landed) as 4
+// outputs, the workspace left zero for the next run.
+template <typename T>
+__device__ __forceinline__ void take_partials(float* partial, T* y, std::size_t index) {
+  using Pair = typename TypeTraits<T>::Pair;
+  float4* source = reinterpret_cast<float4*>(partial + index);
+  const float4 v = __ldcg(source);
+  __stcg(source, make_float4(0.f, 0.f, 0.f, 0.f));
+  Pair* target = reinterpret_cast<Pair*>(y + index);
+  target[0] = float2_to_pair<T>(v.x, v.y);
+  target[1] = float2_to_pair<T>(v.z, v.w);
+}
+
 // ---- Hopper bulk copies (cp.async.bulk + mbarrier): one lane per contiguous chunk ----
 
 // Used only by the sm_90 code below; unused (and so marked) when compiling for older archs.
@@ -203,6 +233,45 @@ __device__ __forceinline__ void bulk_copy(void* shared, const void* global, int 
       "l"(global), "r"(bytes), "r"(shared_address(barrier))
       : "memory");
 #endif
+}
+
+// ---- what every kernel reads of one run ----
+
+// The common head of the direct and wgmma kernels' parameters.
+struct LayerOperands {
+  const void* x;  // [M][K]
+  void* y;        // [M][N]
+  const uint4* tiles;
+  const std::uint16_t* scales;  // [G][strips][8 (g)][8 (j)]
+  const std::uint8_t* zeros;    // same layout, or null
+  float* partial;               // [M][N] fp32, zero between runs (null without a workspace)
+  int* counters;                // one per fix-up tile, zero between runs (null without one)
+  int m, n, k;
+  int group_tiles;  // k16 tiles per quantization group
+  int strips;       // N / 64
+};
+
+// Host side: the operands of a run of `w` on x [M][K] -> y [M][N], the workspace laid out as
+// split_workspace_bytes() says.
+inline LayerOperands layer_operands(const W4A16DeviceWeights& w, int m, const void* x, void* y,
+                                    void* workspace) {
+  LayerOperands op{};
+  op.x = x;
+  op.y = y;
+  op.tiles = static_cast<const uint4*>(w.tiles);
+  op.scales = static_cast<const std::uint16_t*>(w.scales);
+  op.zeros = static_cast<const std::uint8_t*>(w.zeros);
+  if (workspace != nullptr) {
+    op.partial = static_cast<float*>(workspace);
+    op.counters =
+        reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) + partials_bytes(m, w.n));
+  }
+  op.m = m;
+  op.n = w.n;
+  op.k = w.k;
+  op.group_tiles = w.group_size / kTileK;
+  op.strips = w.n / kTileN;
+  return op;
 }
 
 }  // namespace gpuopt::kernels::w4a16_detail

@@ -21,17 +21,8 @@ namespace gpuopt::kernels::w4a16_detail {
 namespace {
 
 struct DirectParams {
-  const void* x;  // [M][K]
-  void* y;        // [M][N]
-  const uint4* tiles;
-  const std::uint16_t* scales;  // [G][strips][8 (g)][8 (j)]
-  const std::uint8_t* zeros;    // same layout, or null
-  float* partial;               // [M][N] fp32, zero between runs
-  int* counters;                // [strips], zero between runs
-  int m, n, k;
-  int group_tiles;      // k16 tiles per quantization group
+  LayerOperands op;     // counters: one per strip
   int groups;           // K / group_size
-  int strips;           // N / 64
   int units_per_strip;  // K / (16 * kUnroll)
   int total_units;      // strips * units_per_strip
   int warps;            // in the grid
@@ -126,7 +117,6 @@ template <typename T, int kN8, int kWarps, int kUnroll, int kStages, bool kZeros
 __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     k_w4a16_direct(const DirectParams p) {
   static_assert(kUnroll % 2 == 0, "x fragments are loaded for two k16 tiles at a time");
-  using Pair = typename TypeTraits<T>::Pair;
   constexpr int kXPitch = kUnroll * kTileK + 8;   // halves; a 16-byte skew: conflict-free ldmatrix
   constexpr int kXChunks = kUnroll * kTileK / 8;  // 16-byte pieces of one x row per stage
   // Per warp: [weights: kStages x kUnroll tiles of 512 bytes][x: kStages x M rows x kXPitch]
@@ -136,7 +126,7 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   unsigned char* region = shared_raw + warp * p.region_bytes;
   uint4* ring = reinterpret_cast<uint4*>(region);
   T* x_ring = reinterpret_cast<T*>(region + kStages * kUnroll * kTileBytes);
-  const int x_stage = p.m * kXPitch;  // halves per stage
+  const int x_stage = p.op.m * kXPitch;  // halves per stage
 
   const long long global_warp = static_cast<long long>(blockIdx.x) * kWarps + warp;
   const int u_begin = static_cast<int>(global_warp * p.total_units / p.warps);
@@ -147,7 +137,7 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   // Copies. Weights: this lane's 16 bytes of each of the stage's tiles (consecutive in memory).
   // x: piece c = lane + 32j of the M x kXChunks 16-byte pieces of the stage's k-range (row
   // c / kXChunks); pointers advance by a stage and step back by K where a strip ends.
-  const uint4* next_weights = p.tiles + static_cast<std::size_t>(u_begin) * kUnroll * 32 + lane;
+  const uint4* next_weights = p.op.tiles + static_cast<std::size_t>(u_begin) * kUnroll * 32 + lane;
   uint4* const ring_lane = ring + lane;
   constexpr int kLanePieces = (8 * kN8 * kXChunks + 31) / 32;
   const T* x_piece[kLanePieces];
@@ -159,9 +149,9 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     const int c = lane + 32 * j;
     const int r = c / kXChunks;
     const int col = (c % kXChunks) * 8;
-    x_piece[j] = c < p.m * kXChunks ? static_cast<const T*>(p.x) +
-                                          static_cast<std::size_t>(r) * p.k + first_k + col
-                                    : nullptr;
+    x_piece[j] = c < p.op.m * kXChunks ? static_cast<const T*>(p.op.x) +
+                                             static_cast<std::size_t>(r) * p.op.k + first_k + col
+                                       : nullptr;
     x_target[j] = static_cast<std::uint32_t>(__cvta_generic_to_shared(x_ring + r * kXPitch + col));
   }
   auto issue = [&](int slot) {
@@ -170,15 +160,13 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
       copy_async_16(ring_lane + (slot * kUnroll + i) * 32, next_weights + i * 32, true);
     }
     next_weights += kUnroll * 32;
-    const bool wrap = next_k + kUnroll * kTileK == p.k;
+    const bool wrap = next_k + kUnroll * kTileK == p.op.k;
     next_k = wrap ? 0 : next_k + kUnroll * kTileK;
 #pragma unroll
     for (int j = 0; j < kLanePieces; ++j) {
       if (x_piece[j] != nullptr) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                         x_target[j] + static_cast<std::uint32_t>(slot * x_stage * 2)),
-                     "l"(x_piece[j]));
-        x_piece[j] += wrap ? kUnroll * kTileK - p.k : kUnroll * kTileK;
+        copy_async_16(x_target[j] + static_cast<std::uint32_t>(slot * x_stage * 2), x_piece[j]);
+        x_piece[j] += wrap ? kUnroll * kTileK - p.op.k : kUnroll * kTileK;
       }
     }
   };
@@ -190,7 +178,7 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
 
   // Strip and quantization-group state.
   const int g = lane / 4;
-  const std::size_t group_stride = static_cast<std::size_t>(p.strips) * 64;
+  const std::size_t group_stride = static_cast<std::size_t>(p.op.strips) * 64;
   int strip = u_begin / p.units_per_strip;
   int strip_units_left = p.units_per_strip - (u_begin - strip * p.units_per_strip);
   int strip_first_unit = u_begin;  // this warp's first unit in `strip`
@@ -202,23 +190,24 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   auto load_next = [&]() {
     if (group + 1 < p.groups) {
       next_scale = __ldg(
-          reinterpret_cast<const uint4*>(p.scales + (group + 1) * group_stride + column_offset));
+          reinterpret_cast<const uint4*>(p.op.scales + (group + 1) * group_stride + column_offset));
       if constexpr (kZeros) {
-        next_zero = __ldg(
-            reinterpret_cast<const uint2*>(p.zeros + (group + 1) * group_stride + column_offset));
+        next_zero = __ldg(reinterpret_cast<const uint2*>(p.op.zeros + (group + 1) * group_stride +
+                                                         column_offset));
       }
     }
   };
   // Enter `strip` at k16 tile t.
   auto start_strip = [&](int t) {
     column_offset = static_cast<std::size_t>(strip) * 64 + g * 8;
-    group = t / p.group_tiles;
-    left = (group + 1) * p.group_tiles - t;
+    group = t / p.op.group_tiles;
+    left = (group + 1) * p.op.group_tiles - t;
     const uint4 scale =
-        __ldg(reinterpret_cast<const uint4*>(p.scales + group * group_stride + column_offset));
+        __ldg(reinterpret_cast<const uint4*>(p.op.scales + group * group_stride + column_offset));
     uint2 zero = make_uint2(0, 0);
     if constexpr (kZeros) {
-      zero = __ldg(reinterpret_cast<const uint2*>(p.zeros + group * group_stride + column_offset));
+      zero =
+          __ldg(reinterpret_cast<const uint2*>(p.op.zeros + group * group_stride + column_offset));
     }
     decode_group<T, kZeros>(scale, zero, constants);
     load_next();
@@ -255,14 +244,14 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   auto next_group = [&]() {
     flush_group();
     ++group;
-    left = p.group_tiles;
+    left = p.op.group_tiles;
     decode_group<T, kZeros>(next_scale, next_zero, constants);
     load_next();
   };
 
   // The strip's sums: stored when this warp did all of it, else added into the fp32 workspace;
   // the warp whose units complete the strip's count converts it and leaves the workspace zero.
-  T* y = static_cast<T*>(p.y);
+  T* y = static_cast<T*>(p.op.y);
   auto finish_strip = [&](int units_done) {
     const bool whole = units_done == p.units_per_strip;
     // c0, c1: column 16i + g, rows (tokens) 8r + 2c, 2c+1; c2, c3: column 16i + 8 + g.
@@ -274,12 +263,12 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int col = strip * kTileN + 16 * i + 8 * (e / 2) + g;
-          const std::size_t index = static_cast<std::size_t>(row) * p.n + col;
-          if (row < p.m) {
+          const std::size_t index = static_cast<std::size_t>(row) * p.op.n + col;
+          if (row < p.op.m) {
             if (whole) {
               y[index] = float_to_value<T>(acc[r][i][e]);
             } else {
-              atomicAdd(p.partial + index, acc[r][i][e]);
+              atomicAdd(p.op.partial + index, acc[r][i][e]);
             }
           }
           acc[r][i][e] = 0.0f;
@@ -291,22 +280,17 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     __syncwarp();
     int before = 0;
     if (lane == 0) {
-      before = atomicAdd(p.counters + strip, units_done);
-      if (before + units_done == p.units_per_strip) p.counters[strip] = 0;
+      before = atomicAdd(p.op.counters + strip, units_done);
+      if (before + units_done == p.units_per_strip) p.op.counters[strip] = 0;
     }
     before = __shfl_sync(0xffffffffu, before, 0);
     if (before + units_done != p.units_per_strip) return;
     __threadfence();
-    for (int q = lane; q < p.m * (kTileN / 4); q += 32) {
+    for (int q = lane; q < p.op.m * (kTileN / 4); q += 32) {
       const int row = q / (kTileN / 4);
       const std::size_t index =
-          static_cast<std::size_t>(row) * p.n + strip * kTileN + (q % (kTileN / 4)) * 4;
-      float4* source = reinterpret_cast<float4*>(p.partial + index);
-      const float4 v = __ldcg(source);
-      __stcg(source, make_float4(0.f, 0.f, 0.f, 0.f));
-      Pair* target = reinterpret_cast<Pair*>(y + index);
-      target[0] = float2_to_pair<T>(v.x, v.y);
-      target[1] = float2_to_pair<T>(v.z, v.w);
+          static_cast<std::size_t>(row) * p.op.n + strip * kTileN + (q % (kTileN / 4)) * 4;
+      take_partials<T>(p.op.partial, y, index);
     }
   };
 
@@ -318,7 +302,7 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   const int x_row = kN8 == 1 ? lane % 8 : lane % 8 + 8 * (lane / 16);
   const int x_column = kN8 == 1 ? 8 * (lane / 8) : 8 * ((lane / 8) % 2);
   const std::uint32_t x_lane = static_cast<std::uint32_t>(__cvta_generic_to_shared(x_ring)) +
-                               ((x_row < p.m ? x_row : 0) * kXPitch + x_column) * 2;
+                               ((x_row < p.op.m ? x_row : 0) * kXPitch + x_column) * 2;
 
   for (int s = 0; s < count; ++s) {
     // Refill the slot read one stage ago (its reads are done: their values were used) with stage
@@ -331,7 +315,7 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     __syncwarp();
     if (strip_units_left == 0) {
       // This stage starts the next strip.
-      if (left != p.group_tiles) flush_group();
+      if (left != p.op.group_tiles) flush_group();
       finish_strip(u_begin + s - strip_first_unit);
       ++strip;
       strip_first_unit = u_begin + s;
@@ -392,7 +376,7 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
       if (left == 0) next_group();
     }
   }
-  if (left != p.group_tiles) flush_group();  // the range ended inside a group
+  if (left != p.op.group_tiles) flush_group();  // the range ended inside a group
   finish_strip(u_end - strip_first_unit);
 }
 
@@ -433,20 +417,12 @@ DirectVariant direct_variant_for(ActivationType type, bool zeros, int variant) {
                  : direct_variant<__nv_bfloat16, false, 1>(stage_groups);
 }
 
-int env_int(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  return std::atoi(value);
-}
-
 // Shared memory of one warp: its weight ring and its x ring (M rows of a stage's k-range each).
 int region_bytes(const DirectVariant& kernel, int m) {
   const int weights = kernel.stages * kernel.unroll * kTileBytes;
   const int x = kernel.stages * m * (kernel.unroll * kTileK + 8) * 2;
   return (weights + x + 127) / 128 * 128;
 }
-
-std::size_t align256(std::size_t value) { return (value + 255) / 256 * 256; }
 
 }  // namespace
 
@@ -488,8 +464,7 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   plan.blocks = blocks;
   plan.tiles = strips;
   plan.shared_bytes = shared;
-  plan.workspace_bytes =
-      align256(static_cast<std::size_t>(m) * w.n * sizeof(float)) + strips * sizeof(int);
+  plan.workspace_bytes = split_workspace_bytes(m, w.n, strips);
   const double units_per_warp = static_cast<double>(total_units) / (blocks * kDirectWarps);
   plan.describe =
       "direct w.x rows" + std::to_string(8 * kernel.n8) + " " + std::to_string(kernel.stages) +
@@ -504,22 +479,10 @@ Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, co
   if (workspace == nullptr) return failed_precondition("W4A16 direct kernel: no workspace");
   const DirectVariant kernel = direct_variant_for(w.type, w.has_zeros, plan.variant);
   DirectParams p{};
-  p.x = x;
-  p.y = y;
-  p.tiles = static_cast<const uint4*>(w.tiles);
-  p.scales = static_cast<const std::uint16_t*>(w.scales);
-  p.zeros = static_cast<const std::uint8_t*>(w.zeros);
-  p.partial = static_cast<float*>(workspace);
-  p.counters = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) +
-                                      align256(static_cast<std::size_t>(m) * w.n * 4));
-  p.m = m;
-  p.n = w.n;
-  p.k = w.k;
-  p.group_tiles = w.group_size / kTileK;
+  p.op = layer_operands(w, m, x, y, workspace);
   p.groups = w.k / w.group_size;
-  p.strips = w.n / kTileN;
   p.units_per_strip = w.k / (kTileK * kernel.unroll);
-  p.total_units = p.strips * p.units_per_strip;
+  p.total_units = p.op.strips * p.units_per_strip;
   p.warps = plan.blocks * kDirectWarps;
   p.region_bytes = region_bytes(kernel, m);
   kernel.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);

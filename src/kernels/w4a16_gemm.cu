@@ -806,8 +806,6 @@ StatusOr<int> swapped_pipeline(const W4A16DeviceWeights& w, int m, int m_tiles, 
   return pipeline;
 }
 
-std::size_t align_up(std::size_t value) { return (value + 255) / 256 * 256; }
-
 Status cublas_status(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return ok_status();
   const StatusCode code = status == CUBLAS_STATUS_ALLOC_FAILED      ? StatusCode::kResourceExhausted
@@ -848,7 +846,7 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   std::size_t offset = 0;
   if (w.perm != nullptr) {
     plan.permuted_offset = offset;
-    offset = align_up(offset + static_cast<std::size_t>(m) * w.k * 2);
+    offset = align256(offset + static_cast<std::size_t>(m) * w.k * 2);
   }
   int device = 0;
   GPUOPT_CUDA_TRY(cudaGetDevice(&device));
@@ -874,7 +872,7 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   if (fallback) {
     config.path = W4A16Path::kDequantCublas;
     plan.dense_offset = offset;
-    offset = align_up(offset + static_cast<std::size_t>(w.n) * w.k * 2);
+    offset = align256(offset + static_cast<std::size_t>(w.n) * w.k * 2);
     plan.workspace_bytes = offset;
     return plan;
   }
@@ -899,7 +897,7 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
       config.shared_bytes = kernel_plan->shared_bytes;
       config.note = kernel_plan->describe;
       plan.partial_offset = offset;
-      offset = align_up(offset + kernel_plan->workspace_bytes);
+      offset = align256(offset + kernel_plan->workspace_bytes);
       plan.counters_offset = offset;
       plan.workspace_bytes = offset;
       return plan;
@@ -949,9 +947,9 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   }
   config.blocks = blocks;
   plan.partial_offset = offset;
-  offset = align_up(offset + partial_slices * m * w.n * sizeof(float));
+  offset = align256(offset + partial_slices * m * w.n * sizeof(float));
   plan.counters_offset = offset;
-  offset = align_up(offset + static_cast<std::size_t>(config.tiles) * sizeof(int));
+  offset = align256(offset + static_cast<std::size_t>(config.tiles) * sizeof(int));
   plan.workspace_bytes = offset;
   return plan;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
 #include <string>
 
 #include "gpuopt/core/status.hpp"
@@ -10,12 +11,30 @@
 
 namespace gpuopt::kernels::w4a16_detail {
 
+inline std::size_t align256(std::size_t value) { return (value + 255) / 256 * 256; }
+
+// The split-K workspace of the direct and wgmma kernels: fp32 partials [M][N], then one int counter
+// per fix-up tile (`tiles`). All zero between runs.
+inline std::size_t partials_bytes(int m, int n) {
+  return align256(static_cast<std::size_t>(m) * n * sizeof(float));
+}
+inline std::size_t split_workspace_bytes(int m, int n, int tiles) {
+  return partials_bytes(m, n) + static_cast<std::size_t>(tiles) * sizeof(int);
+}
+
+// An integer tuning override from the environment (A/B runs), or `fallback` when unset.
+inline int env_int(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  return std::atoi(value);
+}
+
 // What a kernel needs to launch, fixed by plan_*() and passed back to run_*().
 struct KernelPlan {
   int variant = 0;  // which template instance (file-specific)
   int blocks = 0, threads = 0, blocks_per_sm = 0;
-  int splits = 0;                   // k-splits per column tile (file-specific meaning)
-  int tiles = 0;                    // output tiles with a fix-up counter
+  int splits = 0;  // k-splits per column tile (file-specific meaning)
+  int tiles = 0;   // output tiles with a fix-up counter
   std::size_t shared_bytes = 0;
   std::size_t workspace_bytes = 0;  // zeroed once by initialize(); the kernel leaves it zero
   std::string describe;             // for W4A16Config::describe()
@@ -32,7 +51,7 @@ Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, co
 // Hopper wgmma kernel (w4a16_wgmma.cu), larger M. FAILED_PRECONDITION when not sm_90 code or the
 // shape does not fit, naming why.
 StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device);
-Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x,
-                 void* y, void* workspace, StreamHandle stream);
+Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x, void* y,
+                 void* workspace, StreamHandle stream);
 
 }  // namespace gpuopt::kernels::w4a16_detail

@@ -34,20 +34,11 @@ constexpr int kBlockStrips = 4;
 constexpr int kStageTiles = kStageK / kTileK;  // k16 tiles per 64-k stage
 
 struct WgmmaParams {
-  const void* x;  // [M][K]
-  void* y;        // [M][N]
-  const uint4* tiles;
-  const std::uint16_t* scales;  // [G][strips][8 (g)][8 (j)]
-  const std::uint8_t* zeros;    // same layout, or null
-  float* partial;               // [M][N] fp32, zero between runs
-  int* counters;                // [column tiles x token tiles], zero between runs
-  int m, n, k;
-  int group_tiles;  // k16 tiles per quantization group
-  int strips;       // N / 64
-  int k_tiles;      // K / 16
-  int k_stages;     // K / 64
-  int splits;       // k-splits per output tile
-  int token_tiles;  // ceil(M / kTokens)
+  LayerOperands op;  // counters: [column tiles x token tiles]
+  int k_tiles;       // K / 16
+  int k_stages;      // K / 64
+  int splits;        // k-splits per output tile
+  int token_tiles;   // ceil(M / kTokens)
 };
 
 // One pipeline stage in shared memory (offsets in bytes; the x tile first, 1024-aligned for the
@@ -86,137 +77,98 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// 16 bytes global -> shared with an L2 policy; src_bytes 0 zero-fills.
-__device__ __forceinline__ void copy_16_hint(std::uint32_t shared, const void* global,
-                                             int src_bytes, std::uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(shared),
-               "l"(global), "r"(src_bytes), "l"(policy));
-}
-__device__ __forceinline__ void copy_16(std::uint32_t shared, const void* global, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global),
-               "r"(src_bytes));
-}
-
 // wgmma m64nNk16, A (4 registers per thread: the mma.m16n8k16 A fragment of the warp's 16 rows),
 // B from a shared-memory descriptor (K-major, 128-byte swizzle), D += A * B in fp32.
 template <typename T, int kN>
 __device__ __forceinline__ void wgmma_rs(float* d, const std::uint32_t* a, std::uint64_t desc);
 
+// One asm statement per N, the operand type spliced in ("f16" or "bf16"); the accumulator list
+// grows with N (16, 32 or 64 registers per thread).
+#define GPUOPT_WGMMA_RS_N32(TYPE)                                                               \
+  asm volatile(                                                                                 \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                                              \
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE                               \
+      " "                                                                                       \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "                \
+      "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"                                             \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),     \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+        "+f"(d[14]), "+f"(d[15])                                                                \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)                           \
+      : "memory")
+#define GPUOPT_WGMMA_RS_N64(TYPE)                                                                  \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                  \
+      " "                                                                                          \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "     \
+      "%19, "                                                                                      \
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                              \
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                                \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                         \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)                              \
+      : "memory")
+#define GPUOPT_WGMMA_RS_N128(TYPE)                                                                 \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE                                 \
+      " "                                                                                          \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "     \
+      "%19, "                                                                                      \
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, " \
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "                                                  \
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"                                                \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
+        "+f"(d[63])                                                                                \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)                              \
+      : "memory")
+
 template <>
 __device__ __forceinline__ void wgmma_rs<__half, 32>(float* d, const std::uint32_t* a,
                                                      std::uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
-      : "memory");
+  GPUOPT_WGMMA_RS_N32("f16");
 }
-
 template <>
 __device__ __forceinline__ void wgmma_rs<__half, 64>(float* d, const std::uint32_t* a,
                                                      std::uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
-      : "memory");
+  GPUOPT_WGMMA_RS_N64("f16");
 }
-
 template <>
 __device__ __forceinline__ void wgmma_rs<__half, 128>(float* d, const std::uint32_t* a,
                                                       std::uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
-      : "memory");
+  GPUOPT_WGMMA_RS_N128("f16");
 }
-
 template <>
 __device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 32>(float* d, const std::uint32_t* a,
                                                             std::uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
-      : "memory");
+  GPUOPT_WGMMA_RS_N32("bf16");
 }
-
 template <>
 __device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 64>(float* d, const std::uint32_t* a,
                                                             std::uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
-      : "memory");
+  GPUOPT_WGMMA_RS_N64("bf16");
 }
-
 template <>
 __device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 128>(float* d, const std::uint32_t* a,
                                                              std::uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)
-      : "memory");
+  GPUOPT_WGMMA_RS_N128("bf16");
 }
+#undef GPUOPT_WGMMA_RS_N32
+#undef GPUOPT_WGMMA_RS_N64
+#undef GPUOPT_WGMMA_RS_N128
 
 // Per-group constants of the kS words a warp decodes: entry 2i is for rows g of wgmma i (column
 // 16(word_base + i) + g of the strip, j = 2(word_base + i)), entry 2i + 1 for rows g + 8 (j + 1).
@@ -337,7 +289,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
   const int s1 = static_cast<int>(static_cast<long long>(split + 1) * p.k_stages / p.splits);
 
   const std::uint64_t policy = evict_first_policy();
-  const T* x = static_cast<const T*>(p.x);
+  const T* x = static_cast<const T*>(p.op.x);
 
   auto load_stage = [&](int slot, int stage) {
     const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
@@ -347,34 +299,35 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
       const int r = q / 8;
       const int chunk = q % 8;
       const int token = token0 + r;
-      const bool valid = token < p.m;  // rows past M are zero
-      copy_16(slot_address + Layout::kX + r * 128 + ((chunk ^ (r % 8)) * 16),
-              x + static_cast<std::size_t>(valid ? token : 0) * p.k + k0 + chunk * 8,
-              valid ? 16 : 0);
+      const bool valid = token < p.op.m;  // rows past M are zero
+      copy_async_16(slot_address + Layout::kX + r * 128 + ((chunk ^ (r % 8)) * 16),
+                    x + static_cast<std::size_t>(valid ? token : 0) * p.op.k + k0 + chunk * 8,
+                    valid ? 16 : 0);
     }
     for (int q = tid; q < kBlockStrips * kStageTiles * 32; q += kThreads) {
       const int sl = q / (kStageTiles * 32);
       const int kk = (q / 32) % kStageTiles;
       const int chunk = q % 32;
       const int strip = first_strip + sl;
-      const bool valid = strip < p.strips;  // the last column tile of N % 256 != 0
-      copy_16_hint(slot_address + Layout::kWeights + q * 16,
-                   p.tiles +
-                       (static_cast<std::size_t>(valid ? strip : 0) * p.k_tiles + t0 + kk) * 32 +
-                       chunk,
-                   valid ? 16 : 0, policy);
+      const bool valid = strip < p.op.strips;  // the last column tile of N % 256 != 0
+      copy_async_16_hint(
+          slot_address + Layout::kWeights + q * 16,
+          p.op.tiles + (static_cast<std::size_t>(valid ? strip : 0) * p.k_tiles + t0 + kk) * 32 +
+              chunk,
+          valid ? 16 : 0, policy);
     }
     for (int q = tid; q < kStageTiles * kBlockStrips * 8; q += kThreads) {
       const int kk = q / (kBlockStrips * 8);
       const int sl = (q / 8) % kBlockStrips;
       const int chunk = q % 8;
       const int strip = first_strip + sl;
-      const bool valid = strip < p.strips;
-      const int group = (t0 + kk) / p.group_tiles;
-      copy_16(slot_address + Layout::kScales + q * 16,
-              p.scales + (static_cast<std::size_t>(group) * p.strips + (valid ? strip : 0)) * 64 +
-                  chunk * 8,
-              valid ? 16 : 0);
+      const bool valid = strip < p.op.strips;
+      const int group = (t0 + kk) / p.op.group_tiles;
+      copy_async_16(slot_address + Layout::kScales + q * 16,
+                    p.op.scales +
+                        (static_cast<std::size_t>(group) * p.op.strips + (valid ? strip : 0)) * 64 +
+                        chunk * 8,
+                    valid ? 16 : 0);
     }
     if constexpr (kZeros) {
       for (int q = tid; q < kStageTiles * kBlockStrips * 4; q += kThreads) {
@@ -382,12 +335,14 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
         const int sl = (q / 4) % kBlockStrips;
         const int chunk = q % 4;
         const int strip = first_strip + sl;
-        const bool valid = strip < p.strips;
-        const int group = (t0 + kk) / p.group_tiles;
-        copy_16(slot_address + Layout::kZeros + q * 16,
-                p.zeros + (static_cast<std::size_t>(group) * p.strips + (valid ? strip : 0)) * 64 +
-                    chunk * 16,
-                valid ? 16 : 0);
+        const bool valid = strip < p.op.strips;
+        const int group = (t0 + kk) / p.op.group_tiles;
+        copy_async_16(
+            slot_address + Layout::kZeros + q * 16,
+            p.op.zeros +
+                (static_cast<std::size_t>(group) * p.op.strips + (valid ? strip : 0)) * 64 +
+                chunk * 16,
+            valid ? 16 : 0);
       }
     }
   };
@@ -401,13 +356,13 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
   const int x_row = tid / 8;
   const int x_chunk = tid % 8;
   const std::uint32_t x_dst = x_row * 128 + ((x_chunk ^ (x_row % 8)) * 16);
-  const T* const x_src = x + static_cast<std::size_t>(token0 + x_row) * p.k + x_chunk * 8;
-  const int x_rows_left = p.m - token0 - x_row;  // copy j is real when j * kThreads / 8 < this
+  const T* const x_src = x + static_cast<std::size_t>(token0 + x_row) * p.op.k + x_chunk * 8;
+  const int x_rows_left = p.op.m - token0 - x_row;  // copy j is real when j * kThreads / 8 < this
   // Weights: copy j is 16-byte chunk q = tid + j * kThreads of the stage's [4 strips][4 k16][512 B]
   // (strip q / 128, offset q % 128 in the strip's contiguous 2 KB of the stage).
   const uint4* const w_src =
-      p.tiles + (static_cast<std::size_t>(first_strip + tid / 128) * p.k_tiles) * 32 + tid % 128;
-  const int w_strips_left = p.strips - first_strip - tid / 128;
+      p.op.tiles + (static_cast<std::size_t>(first_strip + tid / 128) * p.k_tiles) * 32 + tid % 128;
+  const int w_strips_left = p.op.strips - first_strip - tid / 128;
   // Scales (tid < 128): k16 tile tid / 32, strip (tid / 8) % 4, chunk tid % 8; zeros (tid < 64):
   // tile tid / 16, strip (tid / 4) % 4, chunk tid % 4.
   const int sc_kk = tid / 32;
@@ -422,43 +377,45 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
 #pragma unroll
     for (int j = 0; j < kXCopies; ++j) {
       const bool valid = j * (kThreads / 8) < x_rows_left;  // rows past M are zero
-      copy_16(slot_address + Layout::kX + x_dst + j * kThreads * 16,
-              valid ? x_src + static_cast<std::size_t>(j) * (kThreads / 8) * p.k + k0 : x,
-              valid ? 16 : 0);
+      copy_async_16(slot_address + Layout::kX + x_dst + j * kThreads * 16,
+                    valid ? x_src + static_cast<std::size_t>(j) * (kThreads / 8) * p.op.k + k0 : x,
+                    valid ? 16 : 0);
     }
 #pragma unroll
     for (int j = 0; j < kWeightCopies; ++j) {
       const bool valid = j * (kThreads / 128) < w_strips_left;  // the last tile of N % 256 != 0
-      copy_16_hint(
+      copy_async_16_hint(
           slot_address + Layout::kWeights + (tid + j * kThreads) * 16,
           valid ? w_src + static_cast<std::size_t>(j) * (kThreads / 128) * p.k_tiles * 32 + t0 * 32
-                : p.tiles,
+                : p.op.tiles,
           valid ? 16 : 0, policy);
     }
     if (tid < kStageTiles * kBlockStrips * 8) {
       const int t = t0 + sc_kk;
-      const int group = t / p.group_tiles;
+      const int group = t / p.op.group_tiles;
       // Only the tiles where the decode loop loads constants: a group's first, the split's first.
-      if (t == group * p.group_tiles || t == s0 * kStageTiles) {
-        const bool valid = sc_strip < p.strips;
-        copy_16(slot_address + Layout::kScales + tid * 16,
-                p.scales +
-                    (static_cast<std::size_t>(group) * p.strips + (valid ? sc_strip : 0)) * 64 +
-                    x_chunk * 8,
-                valid ? 16 : 0);
+      if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
+        const bool valid = sc_strip < p.op.strips;
+        copy_async_16(
+            slot_address + Layout::kScales + tid * 16,
+            p.op.scales +
+                (static_cast<std::size_t>(group) * p.op.strips + (valid ? sc_strip : 0)) * 64 +
+                x_chunk * 8,
+            valid ? 16 : 0);
       }
     }
     if constexpr (kZeros) {
       if (tid < kStageTiles * kBlockStrips * 4) {
         const int t = t0 + z_kk;
-        const int group = t / p.group_tiles;
-        if (t == group * p.group_tiles || t == s0 * kStageTiles) {
-          const bool valid = z_strip < p.strips;
-          copy_16(slot_address + Layout::kZeros + tid * 16,
-                  p.zeros +
-                      (static_cast<std::size_t>(group) * p.strips + (valid ? z_strip : 0)) * 64 +
-                      (tid % 4) * 16,
-                  valid ? 16 : 0);
+        const int group = t / p.op.group_tiles;
+        if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
+          const bool valid = z_strip < p.op.strips;
+          copy_async_16(
+              slot_address + Layout::kZeros + tid * 16,
+              p.op.zeros +
+                  (static_cast<std::size_t>(group) * p.op.strips + (valid ? z_strip : 0)) * 64 +
+                  (tid % 4) * 16,
+              valid ? 16 : 0);
         }
       }
     }
@@ -534,7 +491,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
         const int t = stage * kStageTiles + kk;
         load_constants<T, kTokens, kS, kZeros>(stage_memory, kk, strip_local, word_base, g,
                                                constants);
-        left = p.group_tiles - t % p.group_tiles;
+        left = p.op.group_tiles - t % p.op.group_tiles;
       }
       --left;
       std::uint32_t words[kS];
@@ -576,7 +533,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
 
   // D fragment: acc[i][4 jn + e] is row 16 w + g + 8 (e / 2) of wgmma i (column
   // 16 (word_base + i) + g + 8 (e / 2) of the strip), column (token) 8 jn + 2 c + e % 2.
-  T* y = static_cast<T*>(p.y);
+  T* y = static_cast<T*>(p.op.y);
   const bool whole = p.splits == 1;
   const int strip = first_strip + strip_local;
   if constexpr (kFastCopy) {
@@ -602,21 +559,21 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
         }
       }
       __syncthreads();
-      const int columns = min(kBlockColumns, p.n - first_strip * kTileN);
-      const int rows = min(kTokens, p.m - token0);
+      const int columns = min(kBlockColumns, p.op.n - first_strip * kTileN);
+      const int rows = min(kTokens, p.op.m - token0);
       for (int q = tid; q < rows * (kBlockColumns / 4); q += kThreads) {
         const int row = q / (kBlockColumns / 4);
         const int c4 = q % (kBlockColumns / 4);
         if (c4 * 4 >= columns) continue;
         const float4 v = *reinterpret_cast<const float4*>(tile + row * kPitch + c4 * 4);
-        atomicAdd(
-            reinterpret_cast<float4*>(p.partial + static_cast<std::size_t>(token0 + row) * p.n +
-                                      first_strip * kTileN + c4 * 4),
-            v);
+        atomicAdd(reinterpret_cast<float4*>(p.op.partial +
+                                            static_cast<std::size_t>(token0 + row) * p.op.n +
+                                            first_strip * kTileN + c4 * 4),
+                  v);
       }
     }
   }
-  if (strip < p.strips && (whole || !kFastCopy)) {
+  if (strip < p.op.strips && (whole || !kFastCopy)) {
 #pragma unroll
     for (int i = 0; i < kS; ++i) {
 #pragma unroll
@@ -624,13 +581,13 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int token = token0 + 8 * jn + 2 * c + e % 2;
-          if (token >= p.m) continue;
+          if (token >= p.op.m) continue;
           const int column = strip * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
-          const std::size_t index = static_cast<std::size_t>(token) * p.n + column;
+          const std::size_t index = static_cast<std::size_t>(token) * p.op.n + column;
           if (whole) {
             y[index] = float_to_value<T>(acc[i][4 * jn + e]);
           } else {
-            atomicAdd(p.partial + index, acc[i][4 * jn + e]);
+            atomicAdd(p.op.partial + index, acc[i][4 * jn + e]);
           }
         }
       }
@@ -642,28 +599,23 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
   __threadfence();
   __syncthreads();
   if (tid == 0) {
-    const int before = atomicAdd(p.counters + tile, 1);
+    const int before = atomicAdd(p.op.counters + tile, 1);
     is_last = before == p.splits - 1;
-    if (is_last) p.counters[tile] = 0;
+    if (is_last) p.op.counters[tile] = 0;
   }
   __syncthreads();
   if (!is_last) return;
   __threadfence();
   const int first_column = first_strip * kTileN;
-  const int columns = min(kBlockColumns, p.n - first_column);
-  const int rows = min(kTokens, p.m - token0);
+  const int columns = min(kBlockColumns, p.op.n - first_column);
+  const int rows = min(kTokens, p.op.m - token0);
   const int quads = rows * (columns / 4);
   for (int q = tid; q < quads; q += kThreads) {
     const int row = q / (columns / 4);
     const int c4 = q - row * (columns / 4);
-    const std::size_t index = static_cast<std::size_t>(token0 + row) * p.n + first_column + c4 * 4;
-    float4* source = reinterpret_cast<float4*>(p.partial + index);
-    const float4 v = __ldcg(source);
-    __stcg(source, make_float4(0.f, 0.f, 0.f, 0.f));
-    using Pair = typename TypeTraits<T>::Pair;
-    Pair* target = reinterpret_cast<Pair*>(y + index);
-    target[0] = float2_to_pair<T>(v.x, v.y);
-    target[1] = float2_to_pair<T>(v.z, v.w);
+    const std::size_t index =
+        static_cast<std::size_t>(token0 + row) * p.op.n + first_column + c4 * 4;
+    take_partials<T>(p.op.partial, y, index);
   }
 #endif  // GPUOPT_WGMMA_DEVICE
 }
@@ -725,14 +677,6 @@ WgmmaVariant wgmma_variant_for(ActivationType type, bool zeros, int variant) {
   return zeros ? wgmma_variant<__nv_bfloat16, true>(variant)
                : wgmma_variant<__nv_bfloat16, false>(variant);
 }
-
-[[maybe_unused]] int env_int(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  return std::atoi(value);
-}
-
-std::size_t align256(std::size_t value) { return (value + 255) / 256 * 256; }
 
 int column_tiles(const W4A16DeviceWeights& w) {
   return (w.n / kTileN + kBlockStrips - 1) / kBlockStrips;
@@ -836,9 +780,7 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
   plan.tiles = tiles;
   plan.blocks = tiles * splits;
   plan.shared_bytes = kernel.shared_bytes;
-  plan.workspace_bytes = splits > 1 ? align256(static_cast<std::size_t>(m) * w.n * sizeof(float)) +
-                                          static_cast<std::size_t>(tiles) * sizeof(int)
-                                    : 0;
+  plan.workspace_bytes = splits > 1 ? split_workspace_bytes(m, w.n, tiles) : 0;
   plan.describe = "wgmma v" + std::to_string(variant) + " 256x" + std::to_string(kernel.tokens) +
                   " " + std::to_string(threads) + "thr " + std::to_string(kernel.stages) +
                   "st grid" + std::to_string(plan.blocks) + " (" + std::to_string(per_sm) +
@@ -853,29 +795,18 @@ Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, con
     return failed_precondition("W4A16 wgmma kernel: run without a plan from plan_wgmma");
   }
   const WgmmaVariant kernel = wgmma_variant_for(w.type, w.has_zeros, plan.variant);
+  if (plan.splits > 1 && workspace == nullptr) {
+    return failed_precondition("W4A16 wgmma kernel: no workspace");
+  }
   WgmmaParams p{};
-  p.x = x;
-  p.y = y;
-  p.tiles = static_cast<const uint4*>(w.tiles);
-  p.scales = static_cast<const std::uint16_t*>(w.scales);
-  p.zeros = static_cast<const std::uint8_t*>(w.zeros);
-  p.m = m;
-  p.n = w.n;
-  p.k = w.k;
-  p.group_tiles = w.group_size / kTileK;
-  p.strips = w.n / kTileN;
+  // Without a k-split there is no fix-up: partials and counters stay null.
+  p.op = layer_operands(w, m, x, y, plan.splits > 1 ? workspace : nullptr);
   p.k_tiles = w.k / kTileK;
   p.k_stages = w.k / kStageK;
   p.splits = plan.splits;
   p.token_tiles = (m + kernel.tokens - 1) / kernel.tokens;
   if (plan.blocks != column_tiles(w) * p.token_tiles * plan.splits) {
     return failed_precondition("W4A16 wgmma kernel: the plan was made for another M or layer");
-  }
-  if (plan.splits > 1) {
-    if (workspace == nullptr) return failed_precondition("W4A16 wgmma kernel: no workspace");
-    p.partial = static_cast<float*>(workspace);
-    p.counters = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) +
-                                        align256(static_cast<std::size_t>(m) * w.n * 4));
   }
   kernel.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);
   GPUOPT_CUDA_TRY_LAUNCH();
