@@ -35,7 +35,8 @@ const std::vector<int> kBatchSizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
 // Sweeps on the GPU machine without new CLI flags: GPUOPT_GEMM_M="1,64" limits the batch sizes,
 // GPUOPT_GEMM_FORCE_PATH sets W4A16Options::force_path, GPUOPT_GEMM_DETERMINISTIC=1 sets
-// W4A16Options::deterministic (docs/w4a16-gemm.md).
+// W4A16Options::deterministic, GPUOPT_GEMM_FALLBACK_MIN_M sets W4A16Options::fallback_min_m (0 =
+// never cuBLAS) (docs/w4a16-gemm.md).
 std::vector<int> batch_sizes() {
   const char* text = std::getenv("GPUOPT_GEMM_M");
   if (text == nullptr || *text == '\0') return kBatchSizes;
@@ -57,6 +58,9 @@ kernels::W4A16Options options_from_environment() {
   }
   if (const char* flag = std::getenv("GPUOPT_GEMM_DETERMINISTIC"); flag != nullptr) {
     options.deterministic = std::string_view(flag) == "1";
+  }
+  if (const char* from = std::getenv("GPUOPT_GEMM_FALLBACK_MIN_M"); from != nullptr && *from != '\0') {
+    options.fallback_min_m = std::atoi(from);
   }
   return options;
 }
@@ -246,6 +250,7 @@ class ShapeTestcase : public Testcase {
                             "speedup bf16",
                             "GB/s",
                             "of read",
+                            "int4 kernel us",
                             "dequant+cuBLAS us",
                             "config"};
     nlohmann::json rows = nlohmann::json::array();
@@ -258,27 +263,35 @@ class ShapeTestcase : public Testcase {
       double gpuopt_us[2] = {0, 0}, cublas_us[2] = {0, 0};
       double gpuopt_spread = 0, cublas_spread = 0;  // (p90 - p10) / median, fp16
       std::string config;
-      for (int t = 0; t < 2; ++t) {
-        const ActivationType type = t == 0 ? ActivationType::kFloat16 : ActivationType::kBFloat16;
-        // gpuopt: one W4A16Gemm per weight copy, sharing one workspace (it is left zeroed).
+      // One W4A16Gemm per weight copy, each with its own workspace (the cuBLAS path keeps its
+      // dense copy there); the median of `samples` launches over the rotation.
+      auto time_gemm = [&](const kernels::W4A16Options& gemm_options_here,
+                           int t) -> StatusOr<std::pair<Summary, kernels::W4A16Config>> {
         std::vector<std::unique_ptr<kernels::W4A16Gemm>> gemms;
-        DeviceBuffer workspace;
+        std::vector<DeviceBuffer> workspaces(rotations);
         for (int r = 0; r < rotations; ++r) {
-          auto gemm = std::make_unique<kernels::W4A16Gemm>(gemm_options);
+          auto gemm = std::make_unique<kernels::W4A16Gemm>(gemm_options_here);
           kernels::W4A16Gemm::Arguments arguments{m, x.pointer, y.pointer, &weights[t][r]};
-          if (r == 0) {
-            GPUOPT_ASSIGN_OR_RETURN(std::size_t bytes, gemm->workspace_size(arguments));
-            GPUOPT_RETURN_IF_ERROR(workspace.allocate(bytes));
-          }
-          GPUOPT_RETURN_IF_ERROR(gemm->initialize(arguments, workspace.pointer, stream));
+          GPUOPT_ASSIGN_OR_RETURN(std::size_t bytes, gemm->workspace_size(arguments));
+          GPUOPT_RETURN_IF_ERROR(workspaces[r].allocate(bytes));
+          GPUOPT_RETURN_IF_ERROR(gemm->initialize(arguments, workspaces[r].pointer, stream));
           gemms.push_back(std::move(gemm));
         }
-        if (t == 0) config = gemms[0]->config().describe();
         GPUOPT_ASSIGN_OR_RETURN(const Summary ours,
                                 time_us([&](int r) { return gemms[r]->run(stream); }, rotations,
                                         warmup, samples, stream));
-        gpuopt_us[t] = ours.median;
-        if (t == 0) gpuopt_spread = ours.relative_spread();
+        return std::pair{ours, gemms[0]->config()};
+      };
+      bool default_is_cublas = false;
+      for (int t = 0; t < 2; ++t) {
+        const ActivationType type = t == 0 ? ActivationType::kFloat16 : ActivationType::kBFloat16;
+        GPUOPT_ASSIGN_OR_RETURN(const auto ours, time_gemm(gemm_options, t));
+        if (t == 0) {
+          config = ours.second.describe();
+          default_is_cublas = ours.second.path == kernels::W4A16Path::kDequantCublas;
+        }
+        gpuopt_us[t] = ours.first.median;
+        if (t == 0) gpuopt_spread = ours.first.relative_spread();
         GPUOPT_ASSIGN_OR_RETURN(const Summary theirs,
                                 time_us(
                                     [&](int r) {
@@ -289,20 +302,19 @@ class ShapeTestcase : public Testcase {
         cublas_us[t] = theirs.median;
         if (t == 0) cublas_spread = theirs.relative_spread();
       }
-      // The dequantise + cuBLAS path, measured where it might win (large M).
-      std::optional<double> fallback_us;
-      if (m >= 64) {
-        kernels::W4A16Options fallback_options;
-        fallback_options.force_path = 1;
-        kernels::W4A16Gemm fallback(fallback_options);
-        kernels::W4A16Gemm::Arguments arguments{m, x.pointer, y.pointer, &weights[0][0]};
-        GPUOPT_ASSIGN_OR_RETURN(std::size_t bytes, fallback.workspace_size(arguments));
-        DeviceBuffer workspace;
-        GPUOPT_RETURN_IF_ERROR(workspace.allocate(bytes));
-        GPUOPT_RETURN_IF_ERROR(fallback.initialize(arguments, workspace.pointer, stream));
-        GPUOPT_ASSIGN_OR_RETURN(Summary us, time_us([&](int) { return fallback.run(stream); }, 1, 2,
-                                                    std::min(samples, 10), stream));
-        fallback_us = us.median;
+      // The path not taken, fp16, from M = 32 (where the two come close): the int4 kernel when
+      // the default handed over to cuBLAS, else the dequantise + cuBLAS path.
+      std::optional<double> kernel_us, fallback_us;
+      (default_is_cublas ? fallback_us : kernel_us) = gpuopt_us[0];
+      if (m >= 32 && !gemm_options.deterministic && gemm_options.force_path < 0) {
+        kernels::W4A16Options other = gemm_options;
+        if (default_is_cublas) {
+          other.fallback_min_m = 0;
+        } else {
+          other.force_path = 1;
+        }
+        GPUOPT_ASSIGN_OR_RETURN(const auto theirs, time_gemm(other, 0));
+        (default_is_cublas ? kernel_us : fallback_us) = theirs.first.median;
       }
       const double moved =
           static_cast<double>(compressed) + 2.0 * m * k + 2.0 * m * n;  // bytes read + written
@@ -321,6 +333,8 @@ class ShapeTestcase : public Testcase {
       row["bandwidth_gbps"] = bandwidth_gbps;
       row["fraction_of_stream_read"] = read_equivalent_us / gpuopt_us[0];
       row["dequant_cublas_us"] = fallback_us ? nlohmann::json(*fallback_us) : nlohmann::json();
+      row["int4_kernel_us"] = kernel_us ? nlohmann::json(*kernel_us) : nlohmann::json();
+      row["path"] = default_is_cublas ? "dequant+cublas" : "int4";
       row["config"] = config;
       rows.push_back(row);
       result.table.rows.push_back(
@@ -329,6 +343,7 @@ class ShapeTestcase : public Testcase {
            fmt::format("{:.1f}", gpuopt_us[1]), fmt::format("{:.1f}", cublas_us[1]),
            fmt::format("{:.2f}x", speedup_bf16), fmt::format("{:.0f}", bandwidth_gbps),
            fmt::format("{:.0f}%", 100.0 * read_equivalent_us / gpuopt_us[0]),
+           kernel_us ? fmt::format("{:.1f}", *kernel_us) : "-",
            fallback_us ? fmt::format("{:.1f}", *fallback_us) : "-", config});
     }
     context.progress(1.0);

@@ -840,7 +840,13 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   const int m = arguments.m;
   Plan plan;
   W4A16Config& config = plan.config;
-  bool fallback = options.fallback_min_m > 0 && m >= options.fallback_min_m;
+  int device = 0;
+  GPUOPT_CUDA_TRY(cudaGetDevice(&device));
+  int fallback_min_m = options.fallback_min_m;
+  if (fallback_min_m == W4A16Options::kAutoFallback) {
+    GPUOPT_ASSIGN_OR_RETURN(fallback_min_m, W4A16Gemm::auto_fallback_min_m(w, device));
+  }
+  bool fallback = fallback_min_m > 0 && m >= fallback_min_m;
   if (options.deterministic) fallback = false;  // cuBLAS chooses its kernel by M
   if (options.force_path >= 0) fallback = options.force_path == 1;
   std::size_t offset = 0;
@@ -848,8 +854,6 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
     plan.permuted_offset = offset;
     offset = align256(offset + static_cast<std::size_t>(m) * w.k * 2);
   }
-  int device = 0;
-  GPUOPT_CUDA_TRY(cudaGetDevice(&device));
   int optin = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const bool wide = w.n % (4 * kTileN) == 0;
@@ -1054,6 +1058,22 @@ Status W4A16Gemm::can_implement(const Arguments& arguments) {
     return invalid_argument("W4A16Gemm: x and y must be 16-byte aligned");
   }
   return check_w4a16_shape(w.k, w.n, w.group_size);
+}
+
+StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, int device) {
+  // H200, run 22 (docs/PERFORMANCE.md): the wgmma kernel's time is flat within a token tile (32,
+  // 64, 128 tokens), so it loses from the first M of the tile where cuBLAS wins. Layers with
+  // K x N >= 2^27 (the 70B shapes): M = 64 1.17-1.45x, M = 128 0.76-1.02x -> cuBLAS from M = 65.
+  // Smaller layers (4096 x 14336, 4096 x 4096): M = 32 1.02-1.04x, M = 64 0.64-0.71x -> from 33.
+  // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel,
+  // slower than cuBLAS from M = 32 on the H200 (first session) -> from 17.
+  const StatusOr<w4a16_detail::KernelPlan> wgmma = w4a16_detail::plan_wgmma(weights, 32, device);
+  if (!wgmma.ok()) {
+    if (wgmma.status().code() != StatusCode::kFailedPrecondition) return wgmma.status();
+    return 17;
+  }
+  const bool large = static_cast<long long>(weights.k) * weights.n >= (1ll << 27);
+  return large ? 65 : 33;
 }
 
 StatusOr<std::size_t> W4A16Gemm::workspace_size(const Arguments& arguments) {

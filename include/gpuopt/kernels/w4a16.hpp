@@ -117,9 +117,11 @@ struct W4A16Config {
 
 struct W4A16Options {
   // From this M on, run cuBLAS on a dense fp16/bf16 copy of the weight that initialize() writes
-  // into the workspace (N x K x 2 bytes: the int4 memory saving is lost for this W4A16Gemm);
-  // 0 = never. The int4 kernel is slower than cuBLAS from about M = 32 (docs/w4a16-gemm.md).
-  int fallback_min_m = 0;
+  // into the workspace (N x K x 2 bytes: the int4 memory saving is lost for this W4A16Gemm, and
+  // workspace_size() says so); 0 = never; kAutoFallback (the default) = from the M where the int4
+  // kernels stop beating cuBLAS on this GPU and layer, W4A16Gemm::auto_fallback_min_m().
+  static constexpr int kAutoFallback = -1;
+  int fallback_min_m = kAutoFallback;
   // Forces a path for tests and benchmarks: -1 = choose, 0 = tensor cores (kernel chosen by M),
   // 1 = dequantise + cuBLAS, 2 = tensor cores with x rows as the mma A operand, 3 = tensor cores
   // with the weights as A (shared-memory stages), 4 = the direct kernel (weights streamed into
@@ -151,6 +153,10 @@ class W4A16Gemm {
   W4A16Gemm& operator=(const W4A16Gemm&) = delete;
 
   static Status can_implement(const Arguments& arguments);
+  // The M from which W4A16Options::kAutoFallback runs dequantise + cuBLAS for these weights on
+  // `device`: where the int4 kernel chosen for that M was measured slower than cuBLAS fp16
+  // (docs/w4a16-gemm.md, "When cuBLAS takes over"). Never 0.
+  static StatusOr<int> auto_fallback_min_m(const W4A16DeviceWeights& weights, int device);
   // Bytes of device workspace run() needs (stream-K partials and counters, permuted x, or the
   // dequantised weight for the cuBLAS path).
   StatusOr<std::size_t> workspace_size(const Arguments& arguments);

@@ -19,6 +19,14 @@ namespace {
 
 using namespace w4a16_test;  // NOLINT: Format, Case, check_case
 
+// The int4 kernels chosen by M, with the cuBLAS takeover (W4A16Options::kAutoFallback) off so
+// that every M here tests them; the takeover has its own test below.
+W4A16Options kernel_options() {
+  W4A16Options options;
+  options.fallback_min_m = 0;
+  return options;
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   const int ms[] = {1, 3, 16, 17, 31, 33, 64, 77, 130};
@@ -28,7 +36,7 @@ std::vector<Case> all_cases() {
     for (const Format& format : kFormats) {
       for (int group : {32, 64, 128, -1}) {
         const auto& shape = shapes[i % 5];
-        cases.push_back({type, format, group, ms[i % 9], shape[0], shape[1], {}});
+        cases.push_back({type, format, group, ms[i % 9], shape[0], shape[1], kernel_options()});
         ++i;
       }
     }
@@ -52,12 +60,12 @@ TEST(W4A16GemmGpuStreamK, SplitTilesAcrossBlocksAndRunsTwice) {
   // Grids that cut tiles at odd places: every segment/fix-up combination, run twice each.
   for (int blocks : {1, 3, 7, 29, 200}) {
     for (int m : {1, 20, 64}) {
-      W4A16Options options;
+      W4A16Options options = kernel_options();
       options.force_blocks = blocks;
       check_case({ActivationType::kFloat16, format, 128, m, 1024, 768, options}, 2);
     }
   }
-  check_case({ActivationType::kBFloat16, kFormats[3], 64, 5, 4096, 1024, {}}, 3);
+  check_case({ActivationType::kBFloat16, kFormats[3], 64, 5, 4096, 1024, kernel_options()}, 3);
 }
 
 // Each tensor-core kernel outside the M range it is chosen for: the swapped (weights-as-A)
@@ -103,6 +111,59 @@ TEST(W4A16GemmGpuFallback, DequantiseAndCublasMatchesTwin) {
   for (ActivationType type : {ActivationType::kFloat16, ActivationType::kBFloat16}) {
     check_case({type, kFormats[2], 128, 70, 1024, 512, options});
     check_case({type, kFormats[3], 32, 3, 512, 256, options});
+  }
+}
+
+// The default W4A16Options (kAutoFallback): the int4 kernels below auto_fallback_min_m(), cuBLAS on
+// the dense copy from it on (workspace_size() counts the N x K x 2 bytes), both against the twin;
+// deterministic mode never takes it; an explicit 0 turns it off.
+TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
+  GPUOPT_REQUIRE_GPU();
+  for (const auto& shape : {std::pair{1024, 512}, std::pair{8192, 16384}}) {
+    const int k = shape.first, n = shape.second;
+    const UnpackedLayer layer = random_unpacked_layer(k, n, 128, false, false, 42);
+    auto host = repack_for_kernel(layer, ActivationType::kFloat16);
+    ASSERT_TRUE(host.ok()) << host.status().to_string();
+    Device device;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&device.stream, cudaStreamNonBlocking), cudaSuccess);
+    auto weights = W4A16DeviceWeights::upload(*host, device.stream);
+    ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+    const StatusOr<int> from = W4A16Gemm::auto_fallback_min_m(*weights, 0);
+    ASSERT_TRUE(from.ok()) << from.status().to_string();
+    // Small layers hand over at 33 (17 without the wgmma kernel), K x N >= 2^27 at 65.
+    EXPECT_THAT(*from, ::testing::AnyOf(17, k * n >= (1 << 27) ? 65 : 33)) << k << "x" << n;
+    void* dx = device.allocate(static_cast<std::size_t>(*from) * k * 2);
+    void* dy = device.allocate(static_cast<std::size_t>(*from) * n * 2);
+    const std::size_t dense = static_cast<std::size_t>(n) * k * 2;
+    for (const int m : {*from - 1, *from}) {
+      for (const int setting : {W4A16Options::kAutoFallback, 0}) {
+        W4A16Options options;
+        options.fallback_min_m = setting;
+        W4A16Gemm gemm(options);
+        W4A16Gemm::Arguments arguments{m, dx, dy, &*weights};
+        auto bytes = gemm.workspace_size(arguments);
+        ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+        const bool takeover = setting == W4A16Options::kAutoFallback && m >= *from;
+        EXPECT_EQ(*bytes >= dense, takeover) << "M=" << m << " workspace " << *bytes;
+        ASSERT_TRUE(gemm.initialize(arguments, device.allocate(*bytes), device.stream).ok());
+        EXPECT_EQ(gemm.config().path,
+                  takeover ? W4A16Path::kDequantCublas : W4A16Path::kTensorCore)
+            << "M=" << m << " " << gemm.config().describe();
+      }
+    }
+    W4A16Options deterministic;
+    deterministic.deterministic = true;
+    W4A16Gemm gemm(deterministic);
+    W4A16Gemm::Arguments arguments{*from, dx, dy, &*weights};
+    auto bytes = gemm.workspace_size(arguments);
+    ASSERT_TRUE(bytes.ok());
+    ASSERT_TRUE(gemm.initialize(arguments, device.allocate(*bytes), device.stream).ok());
+    EXPECT_EQ(gemm.config().path, W4A16Path::kTensorCore);
+  }
+  // Numerics of the default options on both sides of the takeover.
+  for (const int m : {32, 33, 64, 65, 100}) {
+    check_case({ActivationType::kFloat16, kFormats[1], 128, m, 1024, 512, {}});
+    check_case({ActivationType::kBFloat16, kFormats[2], 64, m, 512, 320, {}});
   }
 }
 
