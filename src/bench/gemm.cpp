@@ -37,7 +37,7 @@ const std::vector<int> kBatchSizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 // GPUOPT_GEMM_FORCE_PATH sets W4A16Options::force_path, GPUOPT_GEMM_DETERMINISTIC=1 sets
 // W4A16Options::deterministic, GPUOPT_GEMM_FALLBACK_MIN_M sets W4A16Options::fallback_min_m (0 =
 // never cuBLAS) (docs/w4a16-gemm.md).
-std::vector<int> batch_sizes() {
+[[maybe_unused]] std::vector<int> batch_sizes() {
   const char* text = std::getenv("GPUOPT_GEMM_M");
   if (text == nullptr || *text == '\0') return kBatchSizes;
   std::vector<int> sizes;
@@ -51,7 +51,7 @@ std::vector<int> batch_sizes() {
   return sizes.empty() ? kBatchSizes : sizes;
 }
 
-kernels::W4A16Options options_from_environment() {
+[[maybe_unused]] kernels::W4A16Options options_from_environment() {
   kernels::W4A16Options options;
   if (const char* path = std::getenv("GPUOPT_GEMM_FORCE_PATH"); path != nullptr && *path != '\0') {
     options.force_path = std::atoi(path);
