@@ -756,13 +756,20 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
       long_splits >= 1 && static_cast<long long>(tiles) * long_splits >= sms) {
     max_splits = std::min(max_splits, long_splits);
   }
+  //
+  // 128-token tiles: a split costs a 128 KB fp32 partial tile of atomics, the counter fence and the
+  // last block's read-back, so another split must raise the fill by 20 % and ties go to fewer
+  // (H200, 2026-11-30 06:00 and 06:14 UTC, medians of 10 and 20: 8192x28672 M=128 1 split 128.5
+  // us vs 4 170.4, M=256 1 split 253.1 vs 4 307.1 at 85 % vs 97 % fill; 28672x8192 M=256 2 splits
+  // 250.3 vs 4 259.9; docs/PERFORMANCE.md).
+  const bool costly_fixup = kernel.tokens >= 128;
   int splits = 1;
   double best = 0;
   for (int s = 1; s <= max_splits; ++s) {
     const long long blocks = static_cast<long long>(tiles) * s;
     const long long waves = (blocks + slots - 1) / slots;
     const double efficiency = static_cast<double>(blocks) / static_cast<double>(waves * slots);
-    if (efficiency >= best - 0.01) {
+    if (costly_fixup ? efficiency >= 1.2 * best : efficiency >= best - 0.01) {
       best = std::max(best, efficiency);
       splits = s;
     }
