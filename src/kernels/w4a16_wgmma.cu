@@ -39,7 +39,18 @@ struct WgmmaParams {
   int k_stages;      // K / 64
   int splits;        // k-splits per output tile
   int token_tiles;   // ceil(M / kTokens)
+  // k16 tile t's quantization group without a division: t >> group_shift when group_tiles is a
+  // power of two, else __umulhi(t, group_magic) (exact for t, group_tiles < 2^16; host-checked).
+  int group_shift;  // -1: use group_magic
+  std::uint32_t group_magic;
 };
+
+#if GPUOPT_WGMMA_DEVICE
+__device__ __forceinline__ int group_of(const WgmmaParams& p, int t) {
+  return p.group_shift >= 0 ? t >> p.group_shift
+                            : static_cast<int>(__umulhi(static_cast<unsigned>(t), p.group_magic));
+}
+#endif
 
 // One pipeline stage in shared memory (offsets in bytes; the x tile first, 1024-aligned for the
 // 128-byte swizzle):
@@ -392,7 +403,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     }
     if (tid < kStageTiles * kBlockStrips * 8) {
       const int t = t0 + sc_kk;
-      const int group = t / p.op.group_tiles;
+      const int group = group_of(p, t);
       // Only the tiles where the decode loop loads constants: a group's first, the split's first.
       if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
         const bool valid = sc_strip < p.op.strips;
@@ -407,7 +418,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     if constexpr (kZeros) {
       if (tid < kStageTiles * kBlockStrips * 4) {
         const int t = t0 + z_kk;
-        const int group = t / p.op.group_tiles;
+        const int group = group_of(p, t);
         if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
           const bool valid = z_strip < p.op.strips;
           copy_async_16(
@@ -491,7 +502,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
         const int t = stage * kStageTiles + kk;
         load_constants<T, kTokens, kS, kZeros>(stage_memory, kk, strip_local, word_base, g,
                                                constants);
-        left = p.op.group_tiles - t % p.op.group_tiles;
+        left = (group_of(p, t) + 1) * p.op.group_tiles - t;
       }
       --left;
       std::uint32_t words[kS];
@@ -694,6 +705,10 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
       "src/kernels/CMakeLists.txt adds it when CMAKE_CUDA_ARCHITECTURES lists 90)");
 #else
   if (m < 1) return failed_precondition("W4A16 wgmma kernel: M=" + std::to_string(m) + " < 1");
+  if (w.k / kTileK >= (1 << 16)) {
+    return failed_precondition("W4A16 wgmma kernel: K=" + std::to_string(w.k) +
+                               " has 65536 or more k16 tiles");
+  }
   int major = 0, minor = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
@@ -812,6 +827,17 @@ Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, con
   p.k_stages = w.k / kStageK;
   p.splits = plan.splits;
   p.token_tiles = (m + kernel.tokens - 1) / kernel.tokens;
+  const unsigned group_tiles = static_cast<unsigned>(w.group_size / kTileK);
+  if (p.k_tiles >= (1 << 16) || group_tiles >= (1u << 16)) {
+    return failed_precondition("W4A16 wgmma kernel: K=" + std::to_string(w.k) +
+                               " has 65536 or more k16 tiles");
+  }
+  p.group_shift = -1;
+  for (int shift = 0; shift < 16; ++shift) {
+    if (group_tiles == (1u << shift)) p.group_shift = shift;
+  }
+  // ceil(2^32 / d): floor(t * magic / 2^32) == t / d for t, d < 2^16.
+  p.group_magic = p.group_shift >= 0 ? 0u : static_cast<std::uint32_t>(0xffffffffu / group_tiles + 1);
   if (plan.blocks != column_tiles(w) * p.token_tiles * plan.splits) {
     return failed_precondition("W4A16 wgmma kernel: the plan was made for another M or layer");
   }
