@@ -302,11 +302,11 @@ class ShapeTestcase : public Testcase {
         cublas_us[t] = theirs.median;
         if (t == 0) cublas_spread = theirs.relative_spread();
       }
-      // The path not taken, fp16, from M = 32 (where the two come close): the int4 kernel when
+      // The path not taken, fp16, from M = 16 (where the two come close): the int4 kernel when
       // the default handed over to cuBLAS, else the dequantise + cuBLAS path.
       std::optional<double> kernel_us, fallback_us;
       (default_is_cublas ? fallback_us : kernel_us) = gpuopt_us[0];
-      if (m >= 32 && !gemm_options.deterministic && gemm_options.force_path < 0) {
+      if (m >= 16 && !gemm_options.deterministic && gemm_options.force_path < 0) {
         kernels::W4A16Options other = gemm_options;
         if (default_is_cublas) {
           other.fallback_min_m = 0;

@@ -1061,19 +1061,22 @@ Status W4A16Gemm::can_implement(const Arguments& arguments) {
 }
 
 StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, int device) {
-  // H200, run 22 (docs/PERFORMANCE.md): the wgmma kernel's time is flat within a token tile (32,
-  // 64, 128 tokens), so it loses from the first M of the tile where cuBLAS wins. Layers with
-  // K x N >= 2^27 (the 70B shapes): M = 64 1.17-1.45x, M = 128 0.76-1.02x -> cuBLAS from M = 65.
-  // Smaller layers (4096 x 14336, 4096 x 4096): M = 32 1.02-1.04x, M = 64 0.64-0.71x -> from 33.
-  // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel,
-  // slower than cuBLAS from M = 32 on the H200 (first session) -> from 17.
+  // H200, 2026-11-30 06:26 UTC (docs/PERFORMANCE.md, "When cuBLAS takes over"), int4 kernel vs
+  // cuBLAS fp16 in the same run. The wgmma kernel's time is flat inside a token tile (32, 64, 128
+  // tokens), so it loses from the first M of the tile where cuBLAS wins:
+  // - K x N >= 2^27 (8192 x 28672, 28672 x 8192): faster up to M = 128 (1.05-1.11x), 0.78x at 256
+  //   -> cuBLAS from M = 129;
+  // - 2^25 <= K x N < 2^27 (4096 x 14336): 1.06x at M = 32, 0.96x at 33 -> from 33;
+  // - smaller (4096 x 4096): 1.16x at M = 16, 0.97x at 32 -> from 17.
+  // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel, slower
+  // than cuBLAS from M = 32 on the H200 (first session) -> from 17.
   const StatusOr<w4a16_detail::KernelPlan> wgmma = w4a16_detail::plan_wgmma(weights, 32, device);
   if (!wgmma.ok()) {
     if (wgmma.status().code() != StatusCode::kFailedPrecondition) return wgmma.status();
     return 17;
   }
-  const bool large = static_cast<long long>(weights.k) * weights.n >= (1ll << 27);
-  return large ? 65 : 33;
+  const long long size = static_cast<long long>(weights.k) * weights.n;
+  return size >= (1ll << 27) ? 129 : size >= (1ll << 25) ? 33 : 17;
 }
 
 StatusOr<std::size_t> W4A16Gemm::workspace_size(const Arguments& arguments) {

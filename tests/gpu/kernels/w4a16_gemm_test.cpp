@@ -130,8 +130,8 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     ASSERT_TRUE(weights.ok()) << weights.status().to_string();
     const StatusOr<int> from = W4A16Gemm::auto_fallback_min_m(*weights, 0);
     ASSERT_TRUE(from.ok()) << from.status().to_string();
-    // Small layers hand over at 33 (17 without the wgmma kernel), K x N >= 2^27 at 65.
-    EXPECT_THAT(*from, ::testing::AnyOf(17, k * n >= (1 << 27) ? 65 : 33)) << k << "x" << n;
+    // 1024 x 512 hands over at 17, K x N >= 2^27 at 129 (17 without the wgmma kernel).
+    EXPECT_THAT(*from, ::testing::AnyOf(17, k * n >= (1 << 27) ? 129 : 17)) << k << "x" << n;
     void* dx = device.allocate(static_cast<std::size_t>(*from) * k * 2);
     void* dy = device.allocate(static_cast<std::size_t>(*from) * n * 2);
     const std::size_t dense = static_cast<std::size_t>(n) * k * 2;
@@ -161,7 +161,7 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     EXPECT_EQ(gemm.config().path, W4A16Path::kTensorCore);
   }
   // Numerics of the default options on both sides of the takeover.
-  for (const int m : {32, 33, 64, 65, 100}) {
+  for (const int m : {16, 17, 32, 33, 64, 65, 100}) {
     check_case({ActivationType::kFloat16, kFormats[1], 128, m, 1024, 512, {}});
     check_case({ActivationType::kBFloat16, kFormats[2], 64, m, 512, 320, {}});
   }
