@@ -95,10 +95,14 @@ struct Events {
   }
 };
 
-// Microseconds of `samples` launches (after `warmup`), launch i using rotation i % count.
+// Microseconds of `samples` launches (after `warmup`, and at least one per rotation: each
+// rotation may own a cuBLAS handle whose first call picks its algorithm on the host), launch i
+// using rotation i % count.
 StatusOr<Summary> time_us(const std::function<Status(int)>& launch, int rotations, int warmup,
                           int samples, cudaStream_t stream) {
+  warmup = std::max(warmup, rotations);
   for (int i = 0; i < warmup; ++i) GPUOPT_RETURN_IF_ERROR(launch(i % rotations));
+  GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
   Events events;
   events.events.resize(2 * samples, nullptr);
   for (auto& event : events.events) GPUOPT_CUDA_TRY(cudaEventCreate(&event));

@@ -26,7 +26,8 @@ struct DirectParams {
   int units_per_strip;  // K / (16 * kUnroll)
   int total_units;      // strips * units_per_strip
   int warps;            // in the grid
-  int region_bytes;     // shared memory per warp: weight ring + x ring
+  int region_bytes;     // shared memory per warp: weight ring + x ring (resident x: ring only)
+  int x_bytes;          // resident x: M rows of K + 8 halves at the start of shared memory
 };
 
 // Per-column constants of one quantization group for the 8 columns j = 0..7 a lane owns
@@ -113,26 +114,49 @@ __device__ __forceinline__ void dequantize(std::uint32_t word, int i,
 // quantization groups are whole stages (group_tiles % kUnroll == 0, checked by the host), so group
 // boundaries are looked for once per stage instead of once per tile. 4 blocks of 4 warps per SM
 // (<= 128 registers) with 8 rows, 3 with 16.
-template <typename T, int kN8, int kWarps, int kUnroll, int kStages, bool kZeros, bool kStageGroups>
-__global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
+//
+// kResidentX (M <= 4 where it fits, one block of 16 warps per SM): all of x is copied into shared
+// memory once, at the start (rows of K + 8 halves), so the rings carry weights only: no x copies,
+// pointer updates or syncwarp per stage, and ldmatrix reads x at the unit's k. Measured 3-8 %
+// faster at M = 1..4 (H200, 2026-11-30 06:41 UTC, docs/PERFORMANCE.md).
+template <typename T, int kN8, int kWarps, int kUnroll, int kStages, bool kZeros, bool kStageGroups,
+          bool kResidentX = false>
+__global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : kN8 == 1 ? 4 : 3)
     k_w4a16_direct(const DirectParams p) {
   static_assert(kUnroll % 2 == 0, "x fragments are loaded for two k16 tiles at a time");
+  static_assert(!kResidentX || kN8 == 1, "resident x: up to 8 rows");
   constexpr int kXPitch = kUnroll * kTileK + 8;   // halves; a 16-byte skew: conflict-free ldmatrix
   constexpr int kXChunks = kUnroll * kTileK / 8;  // 16-byte pieces of one x row per stage
   // Per warp: [weights: kStages x kUnroll tiles of 512 bytes][x: kStages x M rows x kXPitch]
+  // (resident x: [x: M rows x (K + 8)] first, then each warp's weight ring).
   extern __shared__ __align__(128) unsigned char shared_raw[];
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
-  unsigned char* region = shared_raw + warp * p.region_bytes;
+  unsigned char* region = shared_raw + (kResidentX ? p.x_bytes : 0) + warp * p.region_bytes;
   uint4* ring = reinterpret_cast<uint4*>(region);
   T* x_ring = reinterpret_cast<T*>(region + kStages * kUnroll * kTileBytes);
   const int x_stage = p.op.m * kXPitch;  // halves per stage
+  const int resident_pitch = p.op.k + 8;  // halves per resident x row (16-byte skew)
 
   const long long global_warp = static_cast<long long>(blockIdx.x) * kWarps + warp;
   const int u_begin = static_cast<int>(global_warp * p.total_units / p.warps);
   const int u_end = static_cast<int>((global_warp + 1) * p.total_units / p.warps);
   const int count = u_end - u_begin;
-  if (count <= 0) return;  // no block-wide barrier anywhere: a warp may leave early
+  if constexpr (kResidentX) {
+    // Every thread copies its share of x first (one commit group, before the rings' groups); the
+    // barrier after the ring prologue makes all of it visible. Warps without units leave after.
+    const int chunks = p.op.m * (p.op.k / 8);
+    for (int c = threadIdx.x; c < chunks; c += 32 * kWarps) {
+      const int r = c / (p.op.k / 8);
+      const int col = (c - r * (p.op.k / 8)) * 8;
+      copy_async_16(static_cast<std::uint32_t>(__cvta_generic_to_shared(
+                        reinterpret_cast<T*>(shared_raw) + r * resident_pitch + col)),
+                    static_cast<const T*>(p.op.x) + static_cast<std::size_t>(r) * p.op.k + col);
+    }
+    copy_async_commit();
+  } else if (count <= 0) {
+    return;  // no block-wide barrier anywhere: a warp may leave early
+  }
 
   // Copies. Weights: this lane's 16 bytes of each of the stage's tiles (consecutive in memory).
   // x: piece c = lane + 32j of the M x kXChunks 16-byte pieces of the stage's k-range (row
@@ -160,6 +184,7 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
       copy_async_16(ring_lane + (slot * kUnroll + i) * 32, next_weights + i * 32, true);
     }
     next_weights += kUnroll * 32;
+    if constexpr (kResidentX) return;
     const bool wrap = next_k + kUnroll * kTileK == p.op.k;
     next_k = wrap ? 0 : next_k + kUnroll * kTileK;
 #pragma unroll
@@ -174,6 +199,12 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < count) issue(s);
     copy_async_commit();
+  }
+  int x_k = first_k;  // resident x: k of the stage being consumed
+  if constexpr (kResidentX) {
+    copy_async_wait<kStages - 1>();  // this thread's x copies (the oldest group) have landed
+    __syncthreads();                 // and every other thread's
+    if (count <= 0) return;
   }
 
   // Strip and quantization-group state.
@@ -301,8 +332,11 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
   // B column alone.
   const int x_row = kN8 == 1 ? lane % 8 : lane % 8 + 8 * (lane / 16);
   const int x_column = kN8 == 1 ? 8 * (lane / 8) : 8 * ((lane / 8) % 2);
-  const std::uint32_t x_lane = static_cast<std::uint32_t>(__cvta_generic_to_shared(x_ring)) +
-                               ((x_row < p.op.m ? x_row : 0) * kXPitch + x_column) * 2;
+  const std::uint32_t x_lane =
+      kResidentX ? static_cast<std::uint32_t>(__cvta_generic_to_shared(shared_raw)) +
+                       ((x_row < p.op.m ? x_row : 0) * resident_pitch + x_column) * 2
+                 : static_cast<std::uint32_t>(__cvta_generic_to_shared(x_ring)) +
+                       ((x_row < p.op.m ? x_row : 0) * kXPitch + x_column) * 2;
 
   for (int s = 0; s < count; ++s) {
     // Refill the slot read one stage ago (its reads are done: their values were used) with stage
@@ -312,7 +346,8 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     if (ahead < count) issue(ahead % kStages);
     copy_async_commit();
     copy_async_wait<kStages - 1>();
-    __syncwarp();
+    // x rows were copied by other lanes (a lane reads back only its own weight bytes).
+    if constexpr (!kResidentX) __syncwarp();
     if (strip_units_left == 0) {
       // This stage starts the next strip.
       if (left != p.op.group_tiles) flush_group();
@@ -327,7 +362,10 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
     uint4 batch[kUnroll];
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) batch[i] = ring_lane[(slot * kUnroll + i) * 32];
-    const std::uint32_t x_slot = x_lane + static_cast<std::uint32_t>(slot * x_stage * 2);
+    const std::uint32_t x_slot =
+        kResidentX ? x_lane + static_cast<std::uint32_t>(x_k * 2)
+                   : x_lane + static_cast<std::uint32_t>(slot * x_stage * 2);
+    if constexpr (kResidentX) x_k = x_k + kUnroll * kTileK == p.op.k ? 0 : x_k + kUnroll * kTileK;
 #pragma unroll
     for (int pair = 0; pair < kUnroll / 2; ++pair) {
       std::uint32_t xf[2][2 * kN8];  // [tile of the pair][b0, b1 per n8 tile]
@@ -383,45 +421,70 @@ __global__ void __launch_bounds__(32 * kWarps, kN8 == 1 ? 4 : 3)
 // ---- host side ----
 
 constexpr int kDirectWarps = 4;
+constexpr int kResidentWarps = 16;  // resident x: one block of 16 warps per SM
+constexpr int kResidentMaxM = 4;
 
 using DirectKernel = void (*)(DirectParams);
 
 struct DirectVariant {
   DirectKernel function;
-  int n8, unroll, stages;
+  int n8, unroll, stages, warps;
+  bool resident;
 };
 
 template <typename T, bool kZeros, int kN8>
-DirectVariant direct_variant(bool stage_groups) {
-  if (stage_groups) return {&k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, true>, kN8, 4, 4};
-  return {&k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, false>, kN8, 4, 4};
+DirectVariant direct_variant(bool stage_groups, bool resident) {
+  if constexpr (kN8 == 1) {
+    if (resident) {
+      if (stage_groups) {
+        return {&k_w4a16_direct<T, 1, kResidentWarps, 4, 4, kZeros, true, true>, 1, 4, 4,
+                kResidentWarps, true};
+      }
+      return {&k_w4a16_direct<T, 1, kResidentWarps, 4, 4, kZeros, false, true>, 1, 4, 4,
+              kResidentWarps, true};
+    }
+  }
+  if (stage_groups) {
+    return {&k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, true>, kN8, 4, 4, kDirectWarps,
+            false};
+  }
+  return {&k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, false>, kN8, 4, 4, kDirectWarps,
+          false};
 }
 
-// variant: bit 0 = 16 rows (else 8), bit 1 = per-stage group checks (else per tile).
+// variant: bit 0 = 16 rows (else 8), bit 1 = per-stage group checks (else per tile), bit 2 =
+// resident x (8-row form only).
 DirectVariant direct_variant_for(ActivationType type, bool zeros, int variant) {
   const bool sixteen = (variant & 1) != 0;
   const bool stage_groups = (variant & 2) != 0;
+  const bool resident = (variant & 4) != 0;
   if (type == ActivationType::kFloat16) {
     if (zeros) {
-      return sixteen ? direct_variant<__half, true, 2>(stage_groups)
-                     : direct_variant<__half, true, 1>(stage_groups);
+      return sixteen ? direct_variant<__half, true, 2>(stage_groups, false)
+                     : direct_variant<__half, true, 1>(stage_groups, resident);
     }
-    return sixteen ? direct_variant<__half, false, 2>(stage_groups)
-                   : direct_variant<__half, false, 1>(stage_groups);
+    return sixteen ? direct_variant<__half, false, 2>(stage_groups, false)
+                   : direct_variant<__half, false, 1>(stage_groups, resident);
   }
   if (zeros) {
-    return sixteen ? direct_variant<__nv_bfloat16, true, 2>(stage_groups)
-                   : direct_variant<__nv_bfloat16, true, 1>(stage_groups);
+    return sixteen ? direct_variant<__nv_bfloat16, true, 2>(stage_groups, false)
+                   : direct_variant<__nv_bfloat16, true, 1>(stage_groups, resident);
   }
-  return sixteen ? direct_variant<__nv_bfloat16, false, 2>(stage_groups)
-                 : direct_variant<__nv_bfloat16, false, 1>(stage_groups);
+  return sixteen ? direct_variant<__nv_bfloat16, false, 2>(stage_groups, false)
+                 : direct_variant<__nv_bfloat16, false, 1>(stage_groups, resident);
 }
 
-// Shared memory of one warp: its weight ring and its x ring (M rows of a stage's k-range each).
+// Shared memory of one warp: its weight ring and its x ring (M rows of a stage's k-range each);
+// resident x: the ring only.
 int region_bytes(const DirectVariant& kernel, int m) {
   const int weights = kernel.stages * kernel.unroll * kTileBytes;
-  const int x = kernel.stages * m * (kernel.unroll * kTileK + 8) * 2;
+  const int x = kernel.resident ? 0 : kernel.stages * m * (kernel.unroll * kTileK + 8) * 2;
   return (weights + x + 127) / 128 * 128;
+}
+
+// Resident x at the start of the block's shared memory: M rows of K + 8 halves.
+int resident_x_bytes(const DirectVariant& kernel, int m, int k) {
+  return kernel.resident ? (m * (k + 8) * 2 + 127) / 128 * 128 : 0;
 }
 
 }  // namespace
@@ -432,17 +495,27 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   }
   // Per-stage group checks where quantization groups are whole stages (4 k16 tiles).
   const bool stage_groups = (w.group_size / kTileK) % 4 == 0;
-  const int variant = (m > 8 ? 1 : 0) | (stage_groups ? 2 : 0);
+  int sms = 0, optin = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int variant = (m > 8 ? 1 : 0) | (stage_groups ? 2 : 0);
+  // Resident x for M <= 4 where all of x and 16 warps' rings fit one block's shared memory
+  // (GPUOPT_W4A16_DIRECT_RESIDENT=0 turns it off, =1 tries it up to 8 rows for A/B runs).
+  const int resident_setting = env_int("GPUOPT_W4A16_DIRECT_RESIDENT", -1);
+  if ((resident_setting == 1 && m <= 8) || (resident_setting < 0 && m <= kResidentMaxM)) {
+    const DirectVariant candidate = direct_variant_for(w.type, w.has_zeros, variant | 4);
+    const std::size_t bytes = static_cast<std::size_t>(resident_x_bytes(candidate, m, w.k)) +
+                              static_cast<std::size_t>(candidate.warps) * region_bytes(candidate, m);
+    if (bytes <= static_cast<std::size_t>(optin)) variant |= 4;
+  }
   const DirectVariant kernel = direct_variant_for(w.type, w.has_zeros, variant);
   const int strips = w.n / kTileN;
   const int units_per_strip = w.k / (kTileK * kernel.unroll);
   const int total_units = strips * units_per_strip;
-  int sms = 0, optin = 0;
-  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const int threads = 32 * kDirectWarps;
+  const int threads = 32 * kernel.warps;
   const int region = region_bytes(kernel, m);
-  const std::size_t shared = static_cast<std::size_t>(kDirectWarps) * region;
+  const std::size_t shared = static_cast<std::size_t>(resident_x_bytes(kernel, m, w.k)) +
+                             static_cast<std::size_t>(kernel.warps) * region;
   if (shared > static_cast<std::size_t>(optin)) {
     return failed_precondition("W4A16 direct kernel: " + std::to_string(shared) +
                                " bytes of shared memory per block, more than this GPU gives");
@@ -456,7 +529,7 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   per_sm = std::clamp(env_int("GPUOPT_W4A16_DIRECT_BPS", per_sm), 1, per_sm);
   // One wave; every warp gets an equal share of all units (at least one).
   const int blocks =
-      std::max(1, std::min(per_sm * sms, (total_units + kDirectWarps - 1) / kDirectWarps));
+      std::max(1, std::min(per_sm * sms, (total_units + kernel.warps - 1) / kernel.warps));
   KernelPlan plan;
   plan.variant = variant;
   plan.threads = threads;
@@ -465,9 +538,10 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   plan.tiles = strips;
   plan.shared_bytes = shared;
   plan.workspace_bytes = split_workspace_bytes(m, w.n, strips);
-  const double units_per_warp = static_cast<double>(total_units) / (blocks * kDirectWarps);
+  const double units_per_warp = static_cast<double>(total_units) / (blocks * kernel.warps);
   plan.describe =
-      "direct w.x rows" + std::to_string(8 * kernel.n8) + " " + std::to_string(kernel.stages) +
+      "direct w.x rows" + std::to_string(8 * kernel.n8) + (kernel.resident ? " resident-x " : " ") +
+      std::to_string(kernel.stages) +
       "x" + std::to_string(kernel.unroll) + "tiles " + std::to_string(threads) + "thr grid" +
       std::to_string(blocks) + " (" + std::to_string(per_sm) + "/SM) " +
       std::to_string(static_cast<int>(units_per_warp * kernel.unroll * kTileK)) + " k/warp";
@@ -483,8 +557,9 @@ Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, co
   p.groups = w.k / w.group_size;
   p.units_per_strip = w.k / (kTileK * kernel.unroll);
   p.total_units = p.op.strips * p.units_per_strip;
-  p.warps = plan.blocks * kDirectWarps;
+  p.warps = plan.blocks * kernel.warps;
   p.region_bytes = region_bytes(kernel, m);
+  p.x_bytes = resident_x_bytes(kernel, m, w.k);
   kernel.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);
   GPUOPT_CUDA_TRY_LAUNCH();
   return ok_status();

@@ -1066,8 +1066,9 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
   // tokens), so it loses from the first M of the tile where cuBLAS wins:
   // - K x N >= 2^27 (8192 x 28672, 28672 x 8192): faster up to M = 128 (1.05-1.11x), 0.78x at 256
   //   -> cuBLAS from M = 129;
-  // - 2^25 <= K x N < 2^27 (4096 x 14336): 1.06x at M = 32, 0.96x at 33 -> from 33;
-  // - smaller (4096 x 4096): 1.16x at M = 16, 0.97x at 32 -> from 17.
+  // - smaller layers: 4096 x 14336 1.06x at M = 32, 0.96x at 33 -> from 33; 4096 x 4096 ties
+  //   cuBLAS at M = 17..32 (int4 15.8-16.4 us vs cuBLAS 15.6-17.4 over five runs) and loses from
+  //   33 -> from 33 too.
   // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel, slower
   // than cuBLAS from M = 32 on the H200 (first session) -> from 17.
   const StatusOr<w4a16_detail::KernelPlan> wgmma = w4a16_detail::plan_wgmma(weights, 32, device);
@@ -1075,8 +1076,7 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
     if (wgmma.status().code() != StatusCode::kFailedPrecondition) return wgmma.status();
     return 17;
   }
-  const long long size = static_cast<long long>(weights.k) * weights.n;
-  return size >= (1ll << 27) ? 129 : size >= (1ll << 25) ? 33 : 17;
+  return static_cast<long long>(weights.k) * weights.n >= (1ll << 27) ? 129 : 33;
 }
 
 StatusOr<std::size_t> W4A16Gemm::workspace_size(const Arguments& arguments) {

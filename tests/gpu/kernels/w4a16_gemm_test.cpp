@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <string>
 
 #include "common/test_support.hpp"
 #include "gpuopt/kernels/quant_formats.hpp"
@@ -104,6 +106,40 @@ TEST(W4A16GemmGpuKernels, DirectKernelMatchesTwin) {
   }
 }
 
+// The direct kernel with all of x resident in shared memory (the default for M <= 4), forced on up
+// to 8 rows and off at 1-2 rows through GPUOPT_W4A16_DIRECT_RESIDENT: group sizes that are and are
+// not whole stages, per-channel, zero-points, a grid where most warps get no units (K=192), x
+// larger than one copy per thread (K=4096), each run twice.
+TEST(W4A16GemmGpuKernels, DirectKernelResidentXMatchesTwin) {
+  GPUOPT_REQUIRE_GPU();
+  struct ScopedResident {
+    explicit ScopedResident(const char* value) {
+      setenv("GPUOPT_W4A16_DIRECT_RESIDENT", value, 1);
+    }
+    ~ScopedResident() { unsetenv("GPUOPT_W4A16_DIRECT_RESIDENT"); }
+  };
+  W4A16Options options;
+  options.force_path = 4;
+  const int shapes[][2] = {{1024, 512}, {192, 64}, {4096, 256}, {2048, 1344}};
+  for (const char* setting : {"1", "0"}) {
+    ScopedResident resident(setting);
+    SCOPED_TRACE(std::string("GPUOPT_W4A16_DIRECT_RESIDENT=") + setting);
+    int i = 0;
+    for (ActivationType type : {ActivationType::kFloat16, ActivationType::kBFloat16}) {
+      for (const Format& format : {kFormats[1], kFormats[2], kFormats[3]}) {
+        for (int group : {32, 64, -1}) {
+          for (int m : {1, 2, 3, 8}) {
+            if (*setting == '0' && m > 2) continue;
+            const auto& shape = shapes[i++ % 4];
+            if (group > 0 && shape[0] % group != 0) continue;
+            check_case({type, format, group, m, shape[0], shape[1], options}, 2);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(W4A16GemmGpuFallback, DequantiseAndCublasMatchesTwin) {
   GPUOPT_REQUIRE_GPU();
   W4A16Options options;
@@ -130,8 +166,8 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     ASSERT_TRUE(weights.ok()) << weights.status().to_string();
     const StatusOr<int> from = W4A16Gemm::auto_fallback_min_m(*weights, 0);
     ASSERT_TRUE(from.ok()) << from.status().to_string();
-    // 1024 x 512 hands over at 17, K x N >= 2^27 at 129 (17 without the wgmma kernel).
-    EXPECT_THAT(*from, ::testing::AnyOf(17, k * n >= (1 << 27) ? 129 : 17)) << k << "x" << n;
+    // 1024 x 512 hands over at 33, K x N >= 2^27 at 129 (17 without the wgmma kernel).
+    EXPECT_THAT(*from, ::testing::AnyOf(17, k * n >= (1 << 27) ? 129 : 33)) << k << "x" << n;
     void* dx = device.allocate(static_cast<std::size_t>(*from) * k * 2);
     void* dy = device.allocate(static_cast<std::size_t>(*from) * n * 2);
     const std::size_t dense = static_cast<std::size_t>(n) * k * 2;
