@@ -59,7 +59,8 @@ const std::vector<int> kBatchSizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
   if (const char* flag = std::getenv("GPUOPT_GEMM_DETERMINISTIC"); flag != nullptr) {
     options.deterministic = std::string_view(flag) == "1";
   }
-  if (const char* from = std::getenv("GPUOPT_GEMM_FALLBACK_MIN_M"); from != nullptr && *from != '\0') {
+  if (const char* from = std::getenv("GPUOPT_GEMM_FALLBACK_MIN_M");
+      from != nullptr && *from != '\0') {
     options.fallback_min_m = std::atoi(from);
   }
   return options;

@@ -121,7 +121,7 @@ __device__ __forceinline__ void dequantize(std::uint32_t word, int i,
 // faster at M = 1..4 (H200, 2026-11-30 06:41 UTC, docs/PERFORMANCE.md).
 template <typename T, int kN8, int kWarps, int kUnroll, int kStages, bool kZeros, bool kStageGroups,
           bool kResidentX = false>
-__global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : kN8 == 1 ? 4 : 3)
+__global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 3))
     k_w4a16_direct(const DirectParams p) {
   static_assert(kUnroll % 2 == 0, "x fragments are loaded for two k16 tiles at a time");
   static_assert(!kResidentX || kN8 == 1, "resident x: up to 8 rows");
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : kN8 == 1 ? 4 : 3
   unsigned char* region = shared_raw + (kResidentX ? p.x_bytes : 0) + warp * p.region_bytes;
   uint4* ring = reinterpret_cast<uint4*>(region);
   T* x_ring = reinterpret_cast<T*>(region + kStages * kUnroll * kTileBytes);
-  const int x_stage = p.op.m * kXPitch;  // halves per stage
+  const int x_stage = p.op.m * kXPitch;   // halves per stage
   const int resident_pitch = p.op.k + 8;  // halves per resident x row (16-byte skew)
 
   const long long global_warp = static_cast<long long>(blockIdx.x) * kWarps + warp;
@@ -362,9 +362,9 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : kN8 == 1 ? 4 : 3
     uint4 batch[kUnroll];
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) batch[i] = ring_lane[(slot * kUnroll + i) * 32];
-    const std::uint32_t x_slot =
-        kResidentX ? x_lane + static_cast<std::uint32_t>(x_k * 2)
-                   : x_lane + static_cast<std::uint32_t>(slot * x_stage * 2);
+    const std::uint32_t x_slot = kResidentX
+                                     ? x_lane + static_cast<std::uint32_t>(x_k * 2)
+                                     : x_lane + static_cast<std::uint32_t>(slot * x_stage * 2);
     if constexpr (kResidentX) x_k = x_k + kUnroll * kTileK == p.op.k ? 0 : x_k + kUnroll * kTileK;
 #pragma unroll
     for (int pair = 0; pair < kUnroll / 2; ++pair) {
@@ -432,24 +432,27 @@ struct DirectVariant {
   bool resident;
 };
 
+template <typename T, bool kZeros, int kN8, bool kStageGroups, bool kResident>
+DirectVariant make_direct_variant() {
+  constexpr int kWarps = kResident ? kResidentWarps : kDirectWarps;
+  return {&k_w4a16_direct<T, kN8, kWarps, 4, 4, kZeros, kStageGroups, kResident>,
+          kN8,
+          /*unroll=*/4,
+          /*stages=*/4,
+          kWarps,
+          kResident};
+}
+
 template <typename T, bool kZeros, int kN8>
 DirectVariant direct_variant(bool stage_groups, bool resident) {
   if constexpr (kN8 == 1) {
     if (resident) {
-      if (stage_groups) {
-        return {&k_w4a16_direct<T, 1, kResidentWarps, 4, 4, kZeros, true, true>, 1, 4, 4,
-                kResidentWarps, true};
-      }
-      return {&k_w4a16_direct<T, 1, kResidentWarps, 4, 4, kZeros, false, true>, 1, 4, 4,
-              kResidentWarps, true};
+      return stage_groups ? make_direct_variant<T, kZeros, 1, true, true>()
+                          : make_direct_variant<T, kZeros, 1, false, true>();
     }
   }
-  if (stage_groups) {
-    return {&k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, true>, kN8, 4, 4, kDirectWarps,
-            false};
-  }
-  return {&k_w4a16_direct<T, kN8, kDirectWarps, 4, 4, kZeros, false>, kN8, 4, 4, kDirectWarps,
-          false};
+  return stage_groups ? make_direct_variant<T, kZeros, kN8, true, false>()
+                      : make_direct_variant<T, kZeros, kN8, false, false>();
 }
 
 // variant: bit 0 = 16 rows (else 8), bit 1 = per-stage group checks (else per tile), bit 2 =
@@ -504,8 +507,9 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   const int resident_setting = env_int("GPUOPT_W4A16_DIRECT_RESIDENT", -1);
   if ((resident_setting == 1 && m <= 8) || (resident_setting < 0 && m <= kResidentMaxM)) {
     const DirectVariant candidate = direct_variant_for(w.type, w.has_zeros, variant | 4);
-    const std::size_t bytes = static_cast<std::size_t>(resident_x_bytes(candidate, m, w.k)) +
-                              static_cast<std::size_t>(candidate.warps) * region_bytes(candidate, m);
+    const std::size_t bytes =
+        static_cast<std::size_t>(resident_x_bytes(candidate, m, w.k)) +
+        static_cast<std::size_t>(candidate.warps) * region_bytes(candidate, m);
     if (bytes <= static_cast<std::size_t>(optin)) variant |= 4;
   }
   const DirectVariant kernel = direct_variant_for(w.type, w.has_zeros, variant);
@@ -539,12 +543,12 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   plan.shared_bytes = shared;
   plan.workspace_bytes = split_workspace_bytes(m, w.n, strips);
   const double units_per_warp = static_cast<double>(total_units) / (blocks * kernel.warps);
-  plan.describe =
-      "direct w.x rows" + std::to_string(8 * kernel.n8) + (kernel.resident ? " resident-x " : " ") +
-      std::to_string(kernel.stages) +
-      "x" + std::to_string(kernel.unroll) + "tiles " + std::to_string(threads) + "thr grid" +
-      std::to_string(blocks) + " (" + std::to_string(per_sm) + "/SM) " +
-      std::to_string(static_cast<int>(units_per_warp * kernel.unroll * kTileK)) + " k/warp";
+  plan.describe = "direct w.x rows" + std::to_string(8 * kernel.n8) +
+                  (kernel.resident ? " resident-x " : " ") + std::to_string(kernel.stages) + "x" +
+                  std::to_string(kernel.unroll) + "tiles " + std::to_string(threads) + "thr grid" +
+                  std::to_string(blocks) + " (" + std::to_string(per_sm) + "/SM) " +
+                  std::to_string(static_cast<int>(units_per_warp * kernel.unroll * kTileK)) +
+                  " k/warp";
   return plan;
 }
 

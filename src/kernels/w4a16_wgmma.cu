@@ -251,8 +251,8 @@ __device__ __forceinline__ void dequantize_scaled(std::uint32_t word, const Cons
     const std::uint32_t lo1 = and_or(shifted, 0x000f000fu, magic);
     const std::uint32_t hi1 = and_or(shifted, 0x00f000f0u, magic);
     a[0] = as_bits(__hmul2(__hsub2(as_pair<Pair>(lo0), as_pair<Pair>(k.sub[2 * i])), s0));
-    a[2] = as_bits(
-        __hmul2(__hfma2(as_pair<Pair>(hi0), sixteenth, as_pair<Pair>(k.nsub[2 * i])), s0));
+    a[2] =
+        as_bits(__hmul2(__hfma2(as_pair<Pair>(hi0), sixteenth, as_pair<Pair>(k.nsub[2 * i])), s0));
     a[1] = as_bits(__hmul2(__hsub2(as_pair<Pair>(lo1), as_pair<Pair>(k.sub[2 * i + 1])), s1));
     a[3] = as_bits(
         __hmul2(__hfma2(as_pair<Pair>(hi1), sixteenth, as_pair<Pair>(k.nsub[2 * i + 1])), s1));
@@ -859,7 +859,8 @@ Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, con
     if (group_tiles == (1u << shift)) p.group_shift = shift;
   }
   // ceil(2^32 / d): floor(t * magic / 2^32) == t / d for t, d < 2^16.
-  p.group_magic = p.group_shift >= 0 ? 0u : static_cast<std::uint32_t>(0xffffffffu / group_tiles + 1);
+  p.group_magic =
+      p.group_shift >= 0 ? 0u : static_cast<std::uint32_t>(0xffffffffu / group_tiles + 1);
   if (plan.blocks != column_tiles(w) * p.token_tiles * plan.splits) {
     return failed_precondition("W4A16 wgmma kernel: the plan was made for another M or layer");
   }

@@ -113,9 +113,7 @@ TEST(W4A16GemmGpuKernels, DirectKernelMatchesTwin) {
 TEST(W4A16GemmGpuKernels, DirectKernelResidentXMatchesTwin) {
   GPUOPT_REQUIRE_GPU();
   struct ScopedResident {
-    explicit ScopedResident(const char* value) {
-      setenv("GPUOPT_W4A16_DIRECT_RESIDENT", value, 1);
-    }
+    explicit ScopedResident(const char* value) { setenv("GPUOPT_W4A16_DIRECT_RESIDENT", value, 1); }
     ~ScopedResident() { unsetenv("GPUOPT_W4A16_DIRECT_RESIDENT"); }
   };
   W4A16Options options;
@@ -182,8 +180,7 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
         const bool takeover = setting == W4A16Options::kAutoFallback && m >= *from;
         EXPECT_EQ(*bytes >= dense, takeover) << "M=" << m << " workspace " << *bytes;
         ASSERT_TRUE(gemm.initialize(arguments, device.allocate(*bytes), device.stream).ok());
-        EXPECT_EQ(gemm.config().path,
-                  takeover ? W4A16Path::kDequantCublas : W4A16Path::kTensorCore)
+        EXPECT_EQ(gemm.config().path, takeover ? W4A16Path::kDequantCublas : W4A16Path::kTensorCore)
             << "M=" << m << " " << gemm.config().describe();
       }
     }
