@@ -88,11 +88,6 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// wgmma m64nNk16, A (4 registers per thread: the mma.m16n8k16 A fragment of the warp's 16 rows),
-// B from a shared-memory descriptor (K-major, 128-byte swizzle), D += A * B in fp32.
-template <typename T, int kN>
-__device__ __forceinline__ void wgmma_rs(float* d, const std::uint32_t* a, std::uint64_t desc);
-
 // One asm statement per N, the operand type spliced in ("f16" or "bf16"); the accumulator list
 // grows with N (16, 32 or 64 registers per thread).
 #define GPUOPT_WGMMA_RS_N32(TYPE)                                                               \
@@ -147,35 +142,25 @@ __device__ __forceinline__ void wgmma_rs(float* d, const std::uint32_t* a, std::
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1)                              \
       : "memory")
 
-template <>
-__device__ __forceinline__ void wgmma_rs<__half, 32>(float* d, const std::uint32_t* a,
-                                                     std::uint64_t desc) {
-  GPUOPT_WGMMA_RS_N32("f16");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<__half, 64>(float* d, const std::uint32_t* a,
-                                                     std::uint64_t desc) {
-  GPUOPT_WGMMA_RS_N64("f16");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<__half, 128>(float* d, const std::uint32_t* a,
-                                                      std::uint64_t desc) {
-  GPUOPT_WGMMA_RS_N128("f16");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 32>(float* d, const std::uint32_t* a,
-                                                            std::uint64_t desc) {
-  GPUOPT_WGMMA_RS_N32("bf16");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 64>(float* d, const std::uint32_t* a,
-                                                            std::uint64_t desc) {
-  GPUOPT_WGMMA_RS_N64("bf16");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 128>(float* d, const std::uint32_t* a,
-                                                             std::uint64_t desc) {
-  GPUOPT_WGMMA_RS_N128("bf16");
+// wgmma m64nNk16, A (4 registers per thread: the mma.m16n8k16 A fragment of the warp's 16 rows),
+// B from a shared-memory descriptor (K-major, 128-byte swizzle), D += A * B in fp32.
+template <typename T, int kN>
+__device__ __forceinline__ void wgmma_rs(float* d, const std::uint32_t* a, std::uint64_t desc) {
+  static_assert(kN == 32 || kN == 64 || kN == 128, "token tiles of 32, 64 or 128");
+#define GPUOPT_WGMMA_RS_BY_N(TYPE) \
+  if constexpr (kN == 32) {        \
+    GPUOPT_WGMMA_RS_N32(TYPE);     \
+  } else if constexpr (kN == 64) { \
+    GPUOPT_WGMMA_RS_N64(TYPE);     \
+  } else {                         \
+    GPUOPT_WGMMA_RS_N128(TYPE);    \
+  }
+  if constexpr (std::is_same_v<T, __half>) {
+    GPUOPT_WGMMA_RS_BY_N("f16");
+  } else {
+    GPUOPT_WGMMA_RS_BY_N("bf16");
+  }
+#undef GPUOPT_WGMMA_RS_BY_N
 }
 #undef GPUOPT_WGMMA_RS_N32
 #undef GPUOPT_WGMMA_RS_N64
@@ -742,9 +727,9 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
   }
   // Measured on the H200 (docs/w4a16-gemm.md): 2 warpgroups x 2 strips with 2 blocks per SM (16
   // warps) beat 1 warpgroup x 4 strips at M <= 64; 128 tokens per block beat 2 x 64 above. The
-  // warp-specialised variants 5/6 are correct but measured 1.5-3x slower at every M and k-split
-  // (H200, 04:45 UTC; e.g. 8192x28672 M=128: v5 289.5 us at 1 split vs v2 243.9 us), so they are
-  // reachable only through GPUOPT_W4A16_WGMMA_VARIANT. The fast-copy forms 7/8/9 of variants
+  // warp-specialised variants 5/6 measured 1.5-3x slower at every M and k-split (H200, 04:45 UTC;
+  // e.g. 8192x28672 M=128: v5 289.5 us at 1 split vs v2 243.9 us) and were removed (5 and 6 now
+  // select variant 2). The fast-copy forms 7/8/9 of variants
   // 4/3/2 beat them at every M = 32..256 on both 70B shapes (H200, 05:00 UTC, same splits:
   // 8192x28672 M=64 108.6 vs 147.4 us, 28672x8192 M=256 248.7 vs 333.5 us).
   int variant = m <= 32 ? 7 : m <= 64 ? 8 : 9;
