@@ -164,8 +164,14 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     ASSERT_TRUE(weights.ok()) << weights.status().to_string();
     const StatusOr<int> from = W4A16Gemm::auto_fallback_min_m(*weights, 0);
     ASSERT_TRUE(from.ok()) << from.status().to_string();
-    // 1024 x 512 hands over at 33, K x N >= 2^27 at 129 (17 without the wgmma kernel).
-    EXPECT_THAT(*from, ::testing::AnyOf(17, k * n >= (1 << 27) ? 129 : 33)) << k << "x" << n;
+    // 1024 x 512 hands over at 33, K x N >= 2^27 at 129; 17 where the wgmma kernel cannot run
+    // (told apart by forcing it: force_path 5 fails to plan there).
+    W4A16Options wgmma_only;
+    wgmma_only.force_path = 5;
+    W4A16Gemm probe(wgmma_only);
+    void* probe_io = device.allocate(static_cast<std::size_t>(32) * (k + n) * 2);
+    const bool has_wgmma = probe.workspace_size({32, probe_io, probe_io, &*weights}).ok();
+    EXPECT_EQ(*from, !has_wgmma ? 17 : k * n >= (1 << 27) ? 129 : 33) << k << "x" << n;
     void* dx = device.allocate(static_cast<std::size_t>(*from) * k * 2);
     void* dy = device.allocate(static_cast<std::size_t>(*from) * n * 2);
     const std::size_t dense = static_cast<std::size_t>(n) * k * 2;
