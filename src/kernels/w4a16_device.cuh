@@ -62,6 +62,9 @@ __device__ __forceinline__ void copy_async_16(std::uint32_t shared, const void* 
 __device__ __forceinline__ void copy_async_16(std::uint32_t shared, const void* global) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared), "l"(global));
 }
+__device__ __forceinline__ void copy_async_8(std::uint32_t shared, const void* global) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(shared), "l"(global));
+}
 // The same with an L2 cache policy.
 __device__ __forceinline__ void copy_async_16_hint(std::uint32_t shared, const void* global,
                                                    int src_bytes, std::uint64_t policy) {
@@ -147,6 +150,15 @@ __device__ __forceinline__ T float_to_value(float a) {
   } else {
     return __float2bfloat16_rn(a);
   }
+}
+
+// Four fp32 values as four outputs at `y` (8-byte aligned).
+template <typename T>
+__device__ __forceinline__ void store_four(T* y, const float4& v) {
+  using Pair = typename TypeTraits<T>::Pair;
+  Pair* target = reinterpret_cast<Pair*>(y);
+  target[0] = float2_to_pair<T>(v.x, v.y);
+  target[1] = float2_to_pair<T>(v.z, v.w);
 }
 
 // Split-K fix-up: the 4 fp32 partials at `index` (read from L2, where the atomics landed) as 4

@@ -1,17 +1,22 @@
 // Direct W4A16 kernel for decode-sized M (<= 16). Every warp is on its own: it takes an equal,
-// contiguous share of all (strip, k16 tile) pairs of the layer (stream-K per warp, so every SM gets
-// the same bytes whatever N and K) and streams weights and x through a private shared-memory ring
-// with cp.async, so the main loop has no block barrier. The weights are the mma A operand (same
-// tile layout and fragments as the swapped kernel), x rows the B operand. docs/w4a16-gemm.md,
-// "Direct kernel".
+// contiguous share of the (strip, k16 unit) pairs (stream-K per warp, so every SM gets the same
+// bytes whatever N and K) and streams weights (and, with whole-stage groups, their scales) through
+// a private shared-memory ring with cp.async, so the main loop has no block barrier. x is resident
+// in shared memory: each block (one per SM) copies the x rows of its k-slice once, and the layer's
+// units are cut into k-slices where all of x does not fit (otherwise x streams through the rings
+// too). The weights are the mma A operand (same tile layout and fragments as the swapped kernel),
+// x rows the B operand. Partial strips are added into an fp32 workspace without waiting, and
+// counted once at each warp's end. docs/w4a16-gemm.md, "Direct kernel".
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "w4a16_device.cuh"
@@ -24,10 +29,13 @@ struct DirectParams {
   LayerOperands op;     // counters: one per strip
   int groups;           // K / group_size
   int units_per_strip;  // K / (16 * kUnroll)
-  int total_units;      // strips * units_per_strip
-  int warps;            // in the grid
+  int slices;           // k-slices: slice s is units [s * ups / slices, (s + 1) * ups / slices)
+  int slice_blocks;     // consecutive blocks per slice (gridDim.x / slices)
   int region_bytes;     // shared memory per warp: weight ring + x ring (resident x: ring only)
-  int x_bytes;          // resident x: M rows of K + 8 halves at the start of shared memory
+  int x_bytes;          // resident x: M rows of the slice's k-range at the start of shared memory
+  int x_pitch;          // resident x: halves per row (the longest slice's k + 8)
+  unsigned long long* timing;  // diagnostics (GPUOPT_W4A16_DIRECT_TIMING): per warp start, x
+                               // ready, end (%globaltimer), SM
 };
 
 // Per-column constants of one quantization group for the 8 columns j = 0..7 a lane owns
@@ -52,6 +60,12 @@ struct GroupConstants {
     return bits_to_float<T>(w[j / 2] >> (16 * (j % 2)));
   }
 };
+
+__device__ __forceinline__ unsigned long long global_timer() {
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
 
 template <typename T>
 __device__ __forceinline__ std::uint32_t pair_bits(float value) {
@@ -112,61 +126,107 @@ __device__ __forceinline__ void dequantize(std::uint32_t word, int i,
 // kN8: n8 tiles of x rows (8 or 16 rows); kWarps per block; kUnroll: k16 tiles per stage;
 // kStages: stages in each warp's ring (kStages - 1 in flight while one is read). kStageGroups:
 // quantization groups are whole stages (group_tiles % kUnroll == 0, checked by the host), so group
-// boundaries are looked for once per stage instead of once per tile. 4 blocks of 4 warps per SM
-// (<= 128 registers) with 8 rows, 3 with 16.
+// boundaries are looked for once per stage instead of once per tile, and each stage's ring slot
+// also carries the scales (and zero-points) of its group. Without resident x: 4 blocks of 4 warps
+// per SM (<= 128 registers) with 8 rows, 3 with 16.
 //
-// kResidentX (M <= 4 where it fits, one block of 16 warps per SM): all of x is copied into shared
-// memory once, at the start (rows of K + 8 halves), so the rings carry weights only: no x copies,
-// pointer updates or syncwarp per stage, and ldmatrix reads x at the unit's k. Measured 3-8 %
-// faster at M = 1..4 (H200, 2026-11-30 06:41 UTC, docs/PERFORMANCE.md).
+// kResidentX (one block per SM, 16 warps with 8 rows, 12 with 16): the x rows of the block's
+// k-slice are copied into shared memory once, at the start, so the rings carry no x: no x copies
+// or pointer updates per stage, and ldmatrix reads x at the unit's k. The layer's
+// k16 units are cut into `slices` k-ranges (1 where all of x fits); `slice_blocks` consecutive
+// blocks share a slice, and its (strip, unit) pairs, strip-major, are split equally over their
+// warps. Every strip of a sliced layer is finished through the fp32 workspace. docs/w4a16-gemm.md,
+// "Direct kernel".
 template <typename T, int kN8, int kWarps, int kUnroll, int kStages, bool kZeros, bool kStageGroups,
           bool kResidentX = false>
 __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 3))
     k_w4a16_direct(const DirectParams p) {
   static_assert(kUnroll % 2 == 0, "x fragments are loaded for two k16 tiles at a time");
-  static_assert(!kResidentX || kN8 == 1, "resident x: up to 8 rows");
   constexpr int kXPitch = kUnroll * kTileK + 8;   // halves; a 16-byte skew: conflict-free ldmatrix
   constexpr int kXChunks = kUnroll * kTileK / 8;  // 16-byte pieces of one x row per stage
-  // Per warp: [weights: kStages x kUnroll tiles of 512 bytes][x: kStages x M rows x kXPitch]
-  // (resident x: [x: M rows x (K + 8)] first, then each warp's weight ring).
+  constexpr int kUnitK = kUnroll * kTileK;        // k of one unit (stage)
+  // Per warp: [weights: kStages x kUnroll tiles of 512 bytes][scales: kStages x 192 bytes, with
+  // whole-stage groups][x: kStages x M rows x kXPitch] (resident x: [x: M rows x x_pitch] first,
+  // then each warp's weights and scales).
   extern __shared__ __align__(128) unsigned char shared_raw[];
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   unsigned char* region = shared_raw + (kResidentX ? p.x_bytes : 0) + warp * p.region_bytes;
   uint4* ring = reinterpret_cast<uint4*>(region);
-  T* x_ring = reinterpret_cast<T*>(region + kStages * kUnroll * kTileBytes);
-  const int x_stage = p.op.m * kXPitch;   // halves per stage
-  const int resident_pitch = p.op.k + 8;  // halves per resident x row (16-byte skew)
+  // With whole-stage groups, each stage also carries its group's scales (and zero-points) for the
+  // warp's 8 column groups: 8 x 16 bytes (+ 8 x 8), copied with the weights, so they arrive as
+  // early as the weights do (a plain load one group ahead stalled the warp: 1.9-5.5 us at M =
+  // 1-16).
+  constexpr int kScaleSlot = kStageGroups ? 192 : 0;
+  unsigned char* const scale_ring = region + kStages * kUnroll * kTileBytes;
+  T* x_ring = reinterpret_cast<T*>(scale_ring + kStages * kScaleSlot);
+  const int x_stage = p.op.m * kXPitch;  // halves per stage
 
-  const long long global_warp = static_cast<long long>(blockIdx.x) * kWarps + warp;
-  const int u_begin = static_cast<int>(global_warp * p.total_units / p.warps);
-  const int u_end = static_cast<int>((global_warp + 1) * p.total_units / p.warps);
-  const int count = u_end - u_begin;
+  // This warp's units: v in [v_begin, v_end) of its slice's strips x slice_units, strip-major
+  // (one slice of all units_per_strip without resident x).
+  const int slice = kResidentX ? static_cast<int>(blockIdx.x) / p.slice_blocks : 0;
+  const int slice_first = kResidentX ? slice * p.units_per_strip / p.slices : 0;
+  const int slice_units =
+      kResidentX ? (slice + 1) * p.units_per_strip / p.slices - slice_first : p.units_per_strip;
+  const long long slice_total = static_cast<long long>(p.op.strips) * slice_units;
+  const long long slice_warps = static_cast<long long>(p.slice_blocks) * kWarps;
+  const long long slice_warp =
+      static_cast<long long>(blockIdx.x - slice * p.slice_blocks) * kWarps + warp;
+  const int v_begin = static_cast<int>(slice_warp * slice_total / slice_warps);
+  const int v_end = static_cast<int>((slice_warp + 1) * slice_total / slice_warps);
+  const int count = v_end - v_begin;
+  const int first_strip = v_begin / slice_units;
+  const int first_unit = v_begin - first_strip * slice_units;  // within the slice
+  if (p.timing != nullptr && lane == 0) {
+    unsigned long long* t = p.timing + 4 * (static_cast<long long>(blockIdx.x) * kWarps + warp);
+    t[0] = global_timer();
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    t[3] = sm;
+  }
   if constexpr (kResidentX) {
-    // Every thread copies its share of x first (one commit group, before the rings' groups); the
-    // barrier after the ring prologue makes all of it visible. Warps without units leave after.
-    const int chunks = p.op.m * (p.op.k / 8);
-    for (int c = threadIdx.x; c < chunks; c += 32 * kWarps) {
-      const int r = c / (p.op.k / 8);
-      const int col = (c - r * (p.op.k / 8)) * 8;
+    // Every thread copies its share of the slice's x first (one commit group, before the rings'
+    // groups); the barrier after the ring prologue makes all of it visible. Warps without units
+    // leave after it.
+    const int row_chunks = slice_units * kUnitK / 8;
+    const T* x_slice = static_cast<const T*>(p.op.x) + slice_first * kUnitK;
+    for (int c = threadIdx.x; c < p.op.m * row_chunks; c += 32 * kWarps) {
+      const int r = c / row_chunks;
+      const int col = (c - r * row_chunks) * 8;
       copy_async_16(static_cast<std::uint32_t>(__cvta_generic_to_shared(
-                        reinterpret_cast<T*>(shared_raw) + r * resident_pitch + col)),
-                    static_cast<const T*>(p.op.x) + static_cast<std::size_t>(r) * p.op.k + col);
+                        reinterpret_cast<T*>(shared_raw) + r * p.x_pitch + col)),
+                    x_slice + static_cast<std::size_t>(r) * p.op.k + col);
     }
     copy_async_commit();
   } else if (count <= 0) {
     return;  // no block-wide barrier anywhere: a warp may leave early
   }
 
-  // Copies. Weights: this lane's 16 bytes of each of the stage's tiles (consecutive in memory).
-  // x: piece c = lane + 32j of the M x kXChunks 16-byte pieces of the stage's k-range (row
-  // c / kXChunks); pointers advance by a stage and step back by K where a strip ends.
-  const uint4* next_weights = p.op.tiles + static_cast<std::size_t>(u_begin) * kUnroll * 32 + lane;
+  // Copies. Weights: this lane's 16 bytes of each of the stage's tiles (consecutive in memory
+  // within a strip's slice; the pointer skips the other slices' units where a strip ends).
+  // x (not resident; one slice): piece c = lane + 32j of the M x kXChunks 16-byte pieces of the
+  // stage's k-range (row c / kXChunks); pointers advance by a stage and step back by K where a
+  // strip ends.
+  const uint4* next_weights =
+      p.op.tiles +
+      (static_cast<std::size_t>(first_strip) * p.units_per_strip + slice_first + first_unit) *
+          kUnroll * 32 +
+      lane;
+  const int strip_skip = (p.units_per_strip - slice_units) * kUnroll * 32;
+  int issue_unit = first_unit;  // unit within the slice of the next stage to issue
+  const int g = lane / 4;
+  const std::size_t group_stride = static_cast<std::size_t>(p.op.strips) * 64;
+  // Whole-stage groups: the group of the next stage to issue, its tiles left, the lane's columns.
+  int issue_group = (slice_first + first_unit) * kUnroll / p.op.group_tiles;
+  int issue_left = (issue_group + 1) * p.op.group_tiles - (slice_first + first_unit) * kUnroll;
+  std::size_t issue_column = static_cast<std::size_t>(first_strip) * 64 + g * 8;
+  const std::uint32_t scale_lane =
+      static_cast<std::uint32_t>(__cvta_generic_to_shared(scale_ring)) + g * 16;
   uint4* const ring_lane = ring + lane;
   constexpr int kLanePieces = (8 * kN8 * kXChunks + 31) / 32;
   const T* x_piece[kLanePieces];
   std::uint32_t x_target[kLanePieces];
-  const int first_k = (u_begin % p.units_per_strip) * kUnroll * kTileK;
+  const int first_k = (slice_first + first_unit) * kUnitK;
   int next_k = first_k;  // k of the next stage to issue
 #pragma unroll
   for (int j = 0; j < kLanePieces; ++j) {
@@ -183,15 +243,38 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     for (int i = 0; i < kUnroll; ++i) {
       copy_async_16(ring_lane + (slot * kUnroll + i) * 32, next_weights + i * 32, true);
     }
+    if constexpr (kStageGroups) {
+      if (lane % 4 == 0) {  // one copy per column group; its four lanes read it
+        const std::size_t at = static_cast<std::size_t>(issue_group) * group_stride + issue_column;
+        copy_async_16(scale_lane + slot * kScaleSlot, p.op.scales + at);
+        if constexpr (kZeros) {  // at 128 + 8g of the slot (scale_lane is 16g in)
+          copy_async_8(scale_lane + slot * kScaleSlot + 128 - g * 8, p.op.zeros + at);
+        }
+      }
+      issue_left -= kUnroll;
+      if (issue_left == 0) {
+        ++issue_group;
+        issue_left = p.op.group_tiles;
+      }
+    }
     next_weights += kUnroll * 32;
+    if (++issue_unit == slice_units) {  // the next strip (resident: skip the other slices' units)
+      issue_unit = 0;
+      if constexpr (kResidentX) next_weights += strip_skip;
+      if constexpr (kStageGroups) {
+        issue_column += 64;
+        issue_group = slice_first * kUnroll / p.op.group_tiles;
+        issue_left = (issue_group + 1) * p.op.group_tiles - slice_first * kUnroll;
+      }
+    }
     if constexpr (kResidentX) return;
-    const bool wrap = next_k + kUnroll * kTileK == p.op.k;
-    next_k = wrap ? 0 : next_k + kUnroll * kTileK;
+    const bool wrap = next_k + kUnitK == p.op.k;
+    next_k = wrap ? 0 : next_k + kUnitK;
 #pragma unroll
     for (int j = 0; j < kLanePieces; ++j) {
       if (x_piece[j] != nullptr) {
         copy_async_16(x_target[j] + static_cast<std::uint32_t>(slot * x_stage * 2), x_piece[j]);
-        x_piece[j] += wrap ? kUnroll * kTileK - p.op.k : kUnroll * kTileK;
+        x_piece[j] += wrap ? kUnitK - p.op.k : kUnitK;
       }
     }
   };
@@ -200,21 +283,23 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     if (s < count) issue(s);
     copy_async_commit();
   }
-  int x_k = first_k;  // resident x: k of the stage being consumed
+  int x_k = first_unit * kUnitK;  // resident x: k within the slice of the stage being consumed
   if constexpr (kResidentX) {
     copy_async_wait<kStages - 1>();  // this thread's x copies (the oldest group) have landed
     __syncthreads();                 // and every other thread's
+    if (p.timing != nullptr && lane == 0) {
+      p.timing[4 * (static_cast<long long>(blockIdx.x) * kWarps + warp) + 1] = global_timer();
+    }
     if (count <= 0) return;
   }
 
   // Strip and quantization-group state.
-  const int g = lane / 4;
-  const std::size_t group_stride = static_cast<std::size_t>(p.op.strips) * 64;
-  int strip = u_begin / p.units_per_strip;
-  int strip_units_left = p.units_per_strip - (u_begin - strip * p.units_per_strip);
-  int strip_first_unit = u_begin;  // this warp's first unit in `strip`
+  int strip = first_strip;
+  int strip_units_left = slice_units - first_unit;
+  int strip_first_unit = v_begin;  // this warp's first unit in `strip`
   std::size_t column_offset = 0;
   int group = 0, left = 0;
+  bool pending = true;  // whole-stage groups: decode the group's constants from this stage's slot
   GroupConstants<T, kZeros> constants;
   uint4 next_scale = make_uint4(0, 0, 0, 0);
   uint2 next_zero = make_uint2(0, 0);
@@ -233,6 +318,10 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     column_offset = static_cast<std::size_t>(strip) * 64 + g * 8;
     group = t / p.op.group_tiles;
     left = (group + 1) * p.op.group_tiles - t;
+    if constexpr (kStageGroups) {
+      pending = true;
+      return;
+    }
     const uint4 scale =
         __ldg(reinterpret_cast<const uint4*>(p.op.scales + group * group_stride + column_offset));
     uint2 zero = make_uint2(0, 0);
@@ -243,7 +332,7 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     decode_group<T, kZeros>(scale, zero, constants);
     load_next();
   };
-  start_strip((u_begin - strip * p.units_per_strip) * kUnroll);
+  start_strip((slice_first + first_unit) * kUnroll);
 
   float acc[kN8][4][4];
   float group_acc[kN8][4][4];
@@ -276,12 +365,18 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     flush_group();
     ++group;
     left = p.op.group_tiles;
-    decode_group<T, kZeros>(next_scale, next_zero, constants);
-    load_next();
+    if constexpr (kStageGroups) {
+      pending = true;
+    } else {
+      decode_group<T, kZeros>(next_scale, next_zero, constants);
+      load_next();
+    }
   };
 
-  // The strip's sums: stored when this warp did all of it, else added into the fp32 workspace;
-  // the warp whose units complete the strip's count converts it and leaves the workspace zero.
+  // The strip's sums: stored when this warp did all of it, else added into the fp32 workspace with
+  // fire-and-forget reductions. Nothing here waits on memory: a fence or an atomic with a result
+  // waits for the whole memory queue behind the warp's own stream (3 us and more per strip on the
+  // H200 at M = 16); the strips' counts are taken once, at the warp's end (count_strips).
   T* y = static_cast<T*>(p.op.y);
   auto finish_strip = [&](int units_done) {
     const bool whole = units_done == p.units_per_strip;
@@ -306,22 +401,56 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
         }
       }
     }
-    if (whole) return;
+  };
+  // After the last strip: one fence for all of this warp's partial sums, then lane j counts this
+  // warp's units of strip first_strip + j (all strips' counter atomics in flight together); the
+  // warp whose units complete a strip's count converts it (all its loads issued before any store)
+  // and leaves the workspace and the counter zero. This warp's units of strip s are those of
+  // [v_begin, v_end) within [s * slice_units, (s + 1) * slice_units).
+  auto count_strips = [&]() {
     __threadfence();
     __syncwarp();
-    int before = 0;
-    if (lane == 0) {
-      before = atomicAdd(p.op.counters + strip, units_done);
-      if (before + units_done == p.units_per_strip) p.op.counters[strip] = 0;
-    }
-    before = __shfl_sync(0xffffffffu, before, 0);
-    if (before + units_done != p.units_per_strip) return;
-    __threadfence();
-    for (int q = lane; q < p.op.m * (kTileN / 4); q += 32) {
-      const int row = q / (kTileN / 4);
-      const std::size_t index =
-          static_cast<std::size_t>(row) * p.op.n + strip * kTileN + (q % (kTileN / 4)) * 4;
-      take_partials<T>(p.op.partial, y, index);
+    for (int base = first_strip; base <= strip; base += 32) {
+      const int s = base + lane;
+      bool complete = false;
+      if (s <= strip) {
+        const int units_done = min(v_end, (s + 1) * slice_units) - max(v_begin, s * slice_units);
+        if (units_done != p.units_per_strip) {  // else stored whole
+          const int before = atomicAdd(p.op.counters + s, units_done);
+          complete = before + units_done == p.units_per_strip;
+          if (complete) p.op.counters[s] = 0;
+        }
+      }
+      unsigned done = __ballot_sync(0xffffffffu, complete);
+      if (done == 0) continue;
+      __threadfence();
+      while (done != 0) {
+        const int c = base + __ffs(done) - 1;
+        done &= done - 1;
+        // M x 64 fp32 = M x 16 float4 per strip; lane q takes float4 q, q + 32, ...
+        constexpr int kPer = kN8 * 4;  // 8 rows x 16 / 32 lanes per n8 tile
+        float4 v[kPer];
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          const int q = lane + 32 * j;
+          if (q < p.op.m * (kTileN / 4)) {
+            v[j] = __ldcg(reinterpret_cast<const float4*>(
+                p.op.partial + static_cast<std::size_t>(q / (kTileN / 4)) * p.op.n + c * kTileN +
+                (q % (kTileN / 4)) * 4));
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          const int q = lane + 32 * j;
+          if (q < p.op.m * (kTileN / 4)) {
+            const std::size_t index = static_cast<std::size_t>(q / (kTileN / 4)) * p.op.n +
+                                      c * kTileN + (q % (kTileN / 4)) * 4;
+            __stcg(reinterpret_cast<float4*>(p.op.partial + index),
+                   make_float4(0.f, 0.f, 0.f, 0.f));
+            store_four<T>(y + index, v[j]);
+          }
+        }
+      }
     }
   };
 
@@ -334,7 +463,7 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
   const int x_column = kN8 == 1 ? 8 * (lane / 8) : 8 * ((lane / 8) % 2);
   const std::uint32_t x_lane =
       kResidentX ? static_cast<std::uint32_t>(__cvta_generic_to_shared(shared_raw)) +
-                       ((x_row < p.op.m ? x_row : 0) * resident_pitch + x_column) * 2
+                       ((x_row < p.op.m ? x_row : 0) * p.x_pitch + x_column) * 2
                  : static_cast<std::uint32_t>(__cvta_generic_to_shared(x_ring)) +
                        ((x_row < p.op.m ? x_row : 0) * kXPitch + x_column) * 2;
 
@@ -347,25 +476,36 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     copy_async_commit();
     copy_async_wait<kStages - 1>();
     // x rows were copied by other lanes (a lane reads back only its own weight bytes).
-    if constexpr (!kResidentX) __syncwarp();
+    // (and, with whole-stage groups, the scales by the first lane of each column group).
+    if constexpr (!kResidentX || kStageGroups) __syncwarp();
     if (strip_units_left == 0) {
       // This stage starts the next strip.
       if (left != p.op.group_tiles) flush_group();
-      finish_strip(u_begin + s - strip_first_unit);
+      finish_strip(v_begin + s - strip_first_unit);
       ++strip;
-      strip_first_unit = u_begin + s;
-      strip_units_left = p.units_per_strip;
-      start_strip(0);
+      strip_first_unit = v_begin + s;
+      strip_units_left = slice_units;
+      start_strip(slice_first * kUnroll);
     }
     --strip_units_left;
     const int slot = s % kStages;
+    if constexpr (kStageGroups) {
+      if (pending) {
+        const unsigned char* slot_scales = scale_ring + slot * kScaleSlot;
+        const uint4 scale = *reinterpret_cast<const uint4*>(slot_scales + g * 16);
+        uint2 zero = make_uint2(0, 0);
+        if constexpr (kZeros) zero = *reinterpret_cast<const uint2*>(slot_scales + 128 + g * 8);
+        decode_group<T, kZeros>(scale, zero, constants);
+        pending = false;
+      }
+    }
     uint4 batch[kUnroll];
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) batch[i] = ring_lane[(slot * kUnroll + i) * 32];
     const std::uint32_t x_slot = kResidentX
                                      ? x_lane + static_cast<std::uint32_t>(x_k * 2)
                                      : x_lane + static_cast<std::uint32_t>(slot * x_stage * 2);
-    if constexpr (kResidentX) x_k = x_k + kUnroll * kTileK == p.op.k ? 0 : x_k + kUnroll * kTileK;
+    if constexpr (kResidentX) x_k = x_k + kUnitK == slice_units * kUnitK ? 0 : x_k + kUnitK;
 #pragma unroll
     for (int pair = 0; pair < kUnroll / 2; ++pair) {
       std::uint32_t xf[2][2 * kN8];  // [tile of the pair][b0, b1 per n8 tile]
@@ -415,79 +555,148 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     }
   }
   if (left != p.op.group_tiles) flush_group();  // the range ended inside a group
-  finish_strip(u_end - strip_first_unit);
+  finish_strip(v_end - strip_first_unit);
+  count_strips();
+  if (p.timing != nullptr && lane == 0) {
+    p.timing[4 * (static_cast<long long>(blockIdx.x) * kWarps + warp) + 2] = global_timer();
+  }
 }
 
 // ---- host side ----
 
 constexpr int kDirectWarps = 4;
-constexpr int kResidentWarps = 16;  // resident x: one block of 16 warps per SM
-constexpr int kResidentMaxM = 4;
+// Resident x: one block per SM, as many warps as the registers allow (8 rows: <= 128 registers,
+// 16 rows: <= 168).
+constexpr int kResidentWarps8 = 16;
+constexpr int kResidentWarps16 = 12;
+constexpr int kResidentMaxM = 16;  // rows up to which resident x is the default
 
 using DirectKernel = void (*)(DirectParams);
 
 struct DirectVariant {
   DirectKernel function;
   int n8, unroll, stages, warps;
-  bool resident;
+  bool resident, stage_groups;
 };
 
 template <typename T, bool kZeros, int kN8, bool kStageGroups, bool kResident>
 DirectVariant make_direct_variant() {
-  constexpr int kWarps = kResident ? kResidentWarps : kDirectWarps;
+  constexpr int kWarps = kResident ? (kN8 == 1 ? kResidentWarps8 : kResidentWarps16) : kDirectWarps;
   return {&k_w4a16_direct<T, kN8, kWarps, 4, 4, kZeros, kStageGroups, kResident>,
           kN8,
           /*unroll=*/4,
           /*stages=*/4,
           kWarps,
-          kResident};
+          kResident,
+          kStageGroups};
 }
 
 template <typename T, bool kZeros, int kN8>
 DirectVariant direct_variant(bool stage_groups, bool resident) {
-  if constexpr (kN8 == 1) {
-    if (resident) {
-      return stage_groups ? make_direct_variant<T, kZeros, 1, true, true>()
-                          : make_direct_variant<T, kZeros, 1, false, true>();
-    }
+  if (resident) {
+    return stage_groups ? make_direct_variant<T, kZeros, kN8, true, true>()
+                        : make_direct_variant<T, kZeros, kN8, false, true>();
   }
   return stage_groups ? make_direct_variant<T, kZeros, kN8, true, false>()
                       : make_direct_variant<T, kZeros, kN8, false, false>();
 }
 
+template <typename T>
+DirectVariant direct_variant_of(bool zeros, bool sixteen, bool stage_groups, bool resident) {
+  if (zeros) {
+    return sixteen ? direct_variant<T, true, 2>(stage_groups, resident)
+                   : direct_variant<T, true, 1>(stage_groups, resident);
+  }
+  return sixteen ? direct_variant<T, false, 2>(stage_groups, resident)
+                 : direct_variant<T, false, 1>(stage_groups, resident);
+}
+
 // variant: bit 0 = 16 rows (else 8), bit 1 = per-stage group checks (else per tile), bit 2 =
-// resident x (8-row form only).
+// resident x.
 DirectVariant direct_variant_for(ActivationType type, bool zeros, int variant) {
   const bool sixteen = (variant & 1) != 0;
   const bool stage_groups = (variant & 2) != 0;
   const bool resident = (variant & 4) != 0;
-  if (type == ActivationType::kFloat16) {
-    if (zeros) {
-      return sixteen ? direct_variant<__half, true, 2>(stage_groups, false)
-                     : direct_variant<__half, true, 1>(stage_groups, resident);
-    }
-    return sixteen ? direct_variant<__half, false, 2>(stage_groups, false)
-                   : direct_variant<__half, false, 1>(stage_groups, resident);
-  }
-  if (zeros) {
-    return sixteen ? direct_variant<__nv_bfloat16, true, 2>(stage_groups, false)
-                   : direct_variant<__nv_bfloat16, true, 1>(stage_groups, resident);
-  }
-  return sixteen ? direct_variant<__nv_bfloat16, false, 2>(stage_groups, false)
-                 : direct_variant<__nv_bfloat16, false, 1>(stage_groups, resident);
+  return type == ActivationType::kFloat16
+             ? direct_variant_of<__half>(zeros, sixteen, stage_groups, resident)
+             : direct_variant_of<__nv_bfloat16>(zeros, sixteen, stage_groups, resident);
 }
 
-// Shared memory of one warp: its weight ring and its x ring (M rows of a stage's k-range each);
-// resident x: the ring only.
+// Shared memory of one warp: its weight ring (with whole-stage groups, each stage's scales and
+// zero-points too) and its x ring (M rows of a stage's k-range each); resident x: no x ring.
 int region_bytes(const DirectVariant& kernel, int m) {
-  const int weights = kernel.stages * kernel.unroll * kTileBytes;
+  const int weights =
+      kernel.stages * (kernel.unroll * kTileBytes + (kernel.stage_groups ? 192 : 0));
   const int x = kernel.resident ? 0 : kernel.stages * m * (kernel.unroll * kTileK + 8) * 2;
   return (weights + x + 127) / 128 * 128;
 }
 
-// Resident x at the start of the block's shared memory: M rows of K + 8 halves.
-int resident_x_bytes(const DirectVariant& kernel, int m, int k) {
-  return kernel.resident ? (m * (k + 8) * 2 + 127) / 128 * 128 : 0;
+// Resident x: M rows of the longest slice's k + 8 halves (a 16-byte skew per row: conflict-free
+// ldmatrix) at the start of the block's shared memory.
+int resident_x_pitch(const DirectVariant& kernel, int units_per_strip, int slices) {
+  return ((units_per_strip + slices - 1) / slices) * kernel.unroll * kTileK + 8;
+}
+std::size_t resident_x_bytes(int m, int pitch) {
+  return (static_cast<std::size_t>(m) * pitch * 2 + 127) / 128 * 128;
+}
+
+// The k-slicing of the resident-x kernel: `slices` k-ranges of slice_blocks blocks each (one
+// block per SM). Modelled time of a warp, in units (2 KB of weights): its units (the longest
+// slice's share), plus (0.6 + 0.15 M) per strip piece it adds into the workspace (the partial sums
+// and their count at the end; a warp whose range is whole strip-slices has the fewest), plus 0.035
+// per KB of x the block copies before its first unit. The weights are fitted by hand to the H200
+// slice sweeps of 2026-11-30 (docs/PERFORMANCE.md, "W4A16 changes and experiments, fifth
+// session"), where neighbouring choices differ by 1-3 %; the fewest slices among the cheapest.
+struct Slicing {
+  int slices = 0, slice_blocks = 0, pitch = 0;
+  std::size_t shared = 0;
+};
+Slicing choose_slicing(const DirectVariant& kernel, int m, int strips, int units_per_strip, int sms,
+                       int optin, int forced, int forced_blocks) {
+  Slicing best;
+  double best_cost = 0.0;
+  const std::size_t rings = static_cast<std::size_t>(kernel.warps) * region_bytes(kernel, m);
+  const double piece_cost = 0.6 + 0.15 * m;
+  for (int slices = 1; slices <= std::min({units_per_strip, sms, forced > 0 ? forced : 64});
+       ++slices) {
+    if (forced > 0 && slices != forced) continue;
+    const int slice_blocks =
+        forced_blocks > 0 ? std::min(forced_blocks, sms / slices) : sms / slices;
+    if (slice_blocks < 1) break;
+    const int pitch = resident_x_pitch(kernel, units_per_strip, slices);
+    const std::size_t shared = resident_x_bytes(m, pitch) + rings;
+    if (shared > static_cast<std::size_t>(optin)) continue;
+    // The kernel's partition, warp by warp: the longest share and the partial pieces.
+    const long long warps = static_cast<long long>(slice_blocks) * kernel.warps;
+    long long longest = 0, pieces = 0, working = 0;
+    for (int slice = 0; slice < slices; ++slice) {
+      const int first = slice * units_per_strip / slices;
+      const int units = (slice + 1) * units_per_strip / slices - first;
+      const long long total = static_cast<long long>(strips) * units;
+      for (long long w = 0; w < warps; ++w) {
+        const long long begin = w * total / warps, end = (w + 1) * total / warps;
+        if (end <= begin) continue;
+        ++working;
+        longest = std::max(longest, end - begin);
+        const long long first_strip = begin / units, last_strip = (end - 1) / units;
+        if (slices > 1) {
+          pieces += last_strip - first_strip + 1;
+        } else {  // whole strips are stored, not added: only a partial first and last strip
+          pieces += (begin % units != 0 ? 1 : 0) +
+                    (end % units != 0 && (last_strip != first_strip || begin % units == 0) ? 1 : 0);
+        }
+      }
+    }
+    const double x_kb = static_cast<double>(resident_x_bytes(m, pitch)) / 1024.0;
+    const double cost = static_cast<double>(longest) +
+                        piece_cost * static_cast<double>(pieces) / std::max(1LL, working) +
+                        0.035 * x_kb;
+    if (best.slices == 0 || cost < best_cost - 1e-9) {
+      best = {slices, slice_blocks, pitch, shared};
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 }  // namespace
@@ -502,24 +711,27 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   int variant = (m > 8 ? 1 : 0) | (stage_groups ? 2 : 0);
-  // Resident x for M <= 4 where all of x and 16 warps' rings fit one block's shared memory
-  // (GPUOPT_W4A16_DIRECT_RESIDENT=0 turns it off, =1 tries it up to 8 rows for A/B runs).
+  const int strips = w.n / kTileN;
+  // Resident x (k-sliced where all of x does not fit) up to kResidentMaxM rows where one block's
+  // shared memory holds a slice and the rings; GPUOPT_W4A16_DIRECT_RESIDENT=0/1 turns it off / on
+  // up to 16 rows, GPUOPT_W4A16_DIRECT_SLICES=n forces n slices and
+  // GPUOPT_W4A16_DIRECT_SLICE_BLOCKS=b at most b blocks per slice, for A/B runs and tests.
   const int resident_setting = env_int("GPUOPT_W4A16_DIRECT_RESIDENT", -1);
-  if ((resident_setting == 1 && m <= 8) || (resident_setting < 0 && m <= kResidentMaxM)) {
+  Slicing slicing;
+  if (resident_setting == 1 || (resident_setting < 0 && m <= kResidentMaxM)) {
     const DirectVariant candidate = direct_variant_for(w.type, w.has_zeros, variant | 4);
-    const std::size_t bytes =
-        static_cast<std::size_t>(resident_x_bytes(candidate, m, w.k)) +
-        static_cast<std::size_t>(candidate.warps) * region_bytes(candidate, m);
-    if (bytes <= static_cast<std::size_t>(optin)) variant |= 4;
+    slicing = choose_slicing(candidate, m, strips, w.k / (kTileK * candidate.unroll), sms, optin,
+                             env_int("GPUOPT_W4A16_DIRECT_SLICES", 0),
+                             env_int("GPUOPT_W4A16_DIRECT_SLICE_BLOCKS", 0));
+    if (slicing.slices > 0) variant |= 4;
   }
   const DirectVariant kernel = direct_variant_for(w.type, w.has_zeros, variant);
-  const int strips = w.n / kTileN;
   const int units_per_strip = w.k / (kTileK * kernel.unroll);
   const int total_units = strips * units_per_strip;
   const int threads = 32 * kernel.warps;
-  const int region = region_bytes(kernel, m);
-  const std::size_t shared = static_cast<std::size_t>(resident_x_bytes(kernel, m, w.k)) +
-                             static_cast<std::size_t>(kernel.warps) * region;
+  const std::size_t shared = kernel.resident
+                                 ? slicing.shared
+                                 : static_cast<std::size_t>(kernel.warps) * region_bytes(kernel, m);
   if (shared > static_cast<std::size_t>(optin)) {
     return failed_precondition("W4A16 direct kernel: " + std::to_string(shared) +
                                " bytes of shared memory per block, more than this GPU gives");
@@ -530,27 +742,88 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   GPUOPT_CUDA_TRY(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel.function, threads, shared));
   if (per_sm < 1) return internal_error("W4A16 direct kernel: 0 blocks per SM");
-  per_sm = std::clamp(env_int("GPUOPT_W4A16_DIRECT_BPS", per_sm), 1, per_sm);
-  // One wave; every warp gets an equal share of all units (at least one).
-  const int blocks =
-      std::max(1, std::min(per_sm * sms, (total_units + kernel.warps - 1) / kernel.warps));
   KernelPlan plan;
+  if (kernel.resident) {
+    // One block per SM; slice s is blocks [s * slice_blocks, (s + 1) * slice_blocks).
+    per_sm = 1;
+    plan.splits = slicing.slices;
+    plan.blocks = slicing.slices * slicing.slice_blocks;
+  } else {
+    per_sm = std::clamp(env_int("GPUOPT_W4A16_DIRECT_BPS", per_sm), 1, per_sm);
+    // One wave; every warp gets an equal share of all units (at least one).
+    plan.splits = 1;
+    plan.blocks =
+        std::max(1, std::min(per_sm * sms, (total_units + kernel.warps - 1) / kernel.warps));
+  }
   plan.variant = variant;
   plan.threads = threads;
   plan.blocks_per_sm = per_sm;
-  plan.blocks = blocks;
   plan.tiles = strips;
   plan.shared_bytes = shared;
   plan.workspace_bytes = split_workspace_bytes(m, w.n, strips);
-  const double units_per_warp = static_cast<double>(total_units) / (blocks * kernel.warps);
+  const double units_per_warp = static_cast<double>(total_units) / (plan.blocks * kernel.warps);
   plan.describe = "direct w.x rows" + std::to_string(8 * kernel.n8) +
-                  (kernel.resident ? " resident-x " : " ") + std::to_string(kernel.stages) + "x" +
-                  std::to_string(kernel.unroll) + "tiles " + std::to_string(threads) + "thr grid" +
-                  std::to_string(blocks) + " (" + std::to_string(per_sm) + "/SM) " +
+                  (kernel.resident ? " resident-x " + std::to_string(plan.splits) + "-slice "
+                                   : std::string(" ")) +
+                  std::to_string(kernel.stages) + "x" + std::to_string(kernel.unroll) + "tiles " +
+                  std::to_string(threads) + "thr grid" + std::to_string(plan.blocks) + " (" +
+                  std::to_string(per_sm) + "/SM) " +
                   std::to_string(static_cast<int>(units_per_warp * kernel.unroll * kTileK)) +
                   " k/warp";
   return plan;
 }
+
+namespace {
+
+// GPUOPT_W4A16_DIRECT_TIMING=1 (diagnostics): every warp's start, x-ready and end (%globaltimer)
+// and SM of each run, summarised on stderr after the launch (synchronises the stream); with
+// GPUOPT_W4A16_DIRECT_TIMING_FILE also appended there as CSV (launch, warp, sm, start, ready, end
+// in ns from the first start). The buffer is allocated once and kept for the process.
+Status report_warp_timing(const unsigned long long* device_timing, int warps, int warps_per_block,
+                          StreamHandle stream) {
+  std::vector<unsigned long long> t(4 * static_cast<std::size_t>(warps));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(t.data(), device_timing, t.size() * sizeof(t[0]),
+                                  cudaMemcpyDeviceToHost, stream));
+  GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
+  unsigned long long first = ~0ull;
+  for (int i = 0; i < warps; ++i) {
+    if (t[4 * i] != 0) first = std::min(first, t[4 * i]);
+  }
+  static int launch = 0;
+  ++launch;
+  const char* path = std::getenv("GPUOPT_W4A16_DIRECT_TIMING_FILE");
+  std::FILE* file = path != nullptr ? std::fopen(path, "a") : nullptr;
+  std::vector<double> ready, ends;
+  for (int i = 0; i < warps; ++i) {
+    const unsigned long long* w = &t[4 * static_cast<std::size_t>(i)];
+    if (w[0] == 0) continue;
+    const double start_ns = static_cast<double>(w[0] - first);
+    const double ready_ns = w[1] != 0 ? static_cast<double>(w[1] - first) : -1.0;
+    const double end_ns = w[2] != 0 ? static_cast<double>(w[2] - first) : -1.0;
+    if (file != nullptr) {
+      std::fprintf(file, "%d,%d,%d,%llu,%.0f,%.0f,%.0f\n", launch, i, i / warps_per_block, w[3],
+                   start_ns, ready_ns, end_ns);
+    }
+    if (w[2] == 0) continue;  // no units
+    if (w[1] != 0) ready.push_back(ready_ns / 1000.0);
+    ends.push_back(end_ns / 1000.0);
+  }
+  if (file != nullptr) std::fclose(file);
+  if (ends.empty()) return ok_status();
+  std::sort(ready.begin(), ready.end());
+  std::sort(ends.begin(), ends.end());
+  const auto at = [](const std::vector<double>& v, double q) {
+    return v.empty() ? 0.0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+  };
+  std::fprintf(stderr,
+               "direct timing: %zu warps, x ready us p50 %.2f max %.2f; end us min %.2f p10 %.2f "
+               "p50 %.2f p90 %.2f max %.2f\n",
+               ends.size(), at(ready, 0.5), at(ready, 1.0), ends.front(), at(ends, 0.1),
+               at(ends, 0.5), at(ends, 0.9), ends.back());
+  return ok_status();
+}
+
+}  // namespace
 
 Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x,
                   void* y, void* workspace, StreamHandle stream) {
@@ -560,12 +833,28 @@ Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, co
   p.op = layer_operands(w, m, x, y, workspace);
   p.groups = w.k / w.group_size;
   p.units_per_strip = w.k / (kTileK * kernel.unroll);
-  p.total_units = p.op.strips * p.units_per_strip;
-  p.warps = plan.blocks * kernel.warps;
+  p.slices = std::max(1, plan.splits);
+  p.slice_blocks = plan.blocks / p.slices;
   p.region_bytes = region_bytes(kernel, m);
-  p.x_bytes = resident_x_bytes(kernel, m, w.k);
+  p.x_pitch = kernel.resident ? resident_x_pitch(kernel, p.units_per_strip, p.slices) : 0;
+  p.x_bytes = kernel.resident ? static_cast<int>(resident_x_bytes(m, p.x_pitch)) : 0;
+  const int warps = plan.blocks * kernel.warps;
+  static unsigned long long* timing = nullptr;
+  static int timing_warps = 0;
+  const bool timed = env_int("GPUOPT_W4A16_DIRECT_TIMING", 0) == 1;
+  if (timed) {
+    if (timing_warps < warps) {
+      if (timing != nullptr) GPUOPT_CUDA_TRY(cudaFree(timing));
+      timing = nullptr;
+      GPUOPT_CUDA_TRY(cudaMalloc(&timing, 4 * sizeof(unsigned long long) * warps));
+      timing_warps = warps;
+    }
+    GPUOPT_CUDA_TRY(cudaMemsetAsync(timing, 0, 4 * sizeof(unsigned long long) * warps, stream));
+    p.timing = timing;
+  }
   kernel.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);
   GPUOPT_CUDA_TRY_LAUNCH();
+  if (timed) return report_warp_timing(timing, warps, kernel.warps, stream);
   return ok_status();
 }
 

@@ -40,10 +40,9 @@ struct KernelPlan {
   std::string describe;             // for W4A16Config::describe()
 };
 
-// Direct kernel (w4a16_direct.cu), small M: each warp streams one 64-column strip of weights from
-// global memory straight into registers (no shared-memory staging of weights, no barrier in the
-// main loop); x for the block's k-range sits in shared memory. FAILED_PRECONDITION when it does
-// not apply (M, N, K or shared memory), naming why.
+// Direct kernel (w4a16_direct.cu), M <= 16: each warp streams its share of the weights through a
+// private cp.async ring (no block barrier in the main loop); x for the block's k-slice sits in
+// shared memory. FAILED_PRECONDITION when it does not apply (M or shared memory), naming why.
 StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device);
 Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x,
                   void* y, void* workspace, StreamHandle stream);

@@ -65,8 +65,9 @@ struct Device {
 };
 
 // Builds the layer through the checkpoint format (pack, unpack), runs it `runs` times (the
-// stream-K workspace must be left clean), and compares each output with the CPU twin.
-inline void check_case(const Case& c, int runs = 1) {
+// stream-K workspace must be left clean), and compares each output with the CPU twin. With
+// `describe_has`, the chosen configuration's describe() must contain it (the kernel meant to run).
+inline void check_case(const Case& c, int runs = 1, const char* describe_has = nullptr) {
   std::random_device seed_source;
   const std::uint64_t seed = (static_cast<std::uint64_t>(seed_source()) << 32) | seed_source();
   SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
@@ -105,6 +106,10 @@ inline void check_case(const Case& c, int runs = 1) {
   ASSERT_TRUE(gemm.initialize(arguments, workspace, device.stream).ok());
   if (c.options.force_path == 1) {
     EXPECT_EQ(gemm.config().path, W4A16Path::kDequantCublas);
+  }
+  if (describe_has != nullptr) {
+    EXPECT_NE(gemm.config().describe().find(describe_has), std::string::npos)
+        << gemm.config().describe() << " has no \"" << describe_has << "\"";
   }
 
   const double tolerance = c.type == ActivationType::kFloat16 ? 1e-3 : 5e-3;

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/test_support.hpp"
 #include "gpuopt/kernels/quant_formats.hpp"
@@ -106,31 +108,70 @@ TEST(W4A16GemmGpuKernels, DirectKernelMatchesTwin) {
   }
 }
 
-// The direct kernel with all of x resident in shared memory (the default for M <= 4), forced on up
-// to 8 rows and off at 1-2 rows through GPUOPT_W4A16_DIRECT_RESIDENT: group sizes that are and are
-// not whole stages, per-channel, zero-points, a grid where most warps get no units (K=192), x
-// larger than one copy per thread (K=4096), each run twice.
+// Sets environment variables for one scope (the direct kernel's A/B switches).
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> values) {
+    for (const auto& [name, value] : values) {
+      names_.push_back(name);
+      setenv(name, value, 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (const char* name : names_) unsetenv(name);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::vector<const char*> names_;
+};
+
+// The direct kernel with x resident in shared memory (the default for M <= 16), whole and cut into
+// k-slices: the planner's choice; 3 slices of 5, 5 and 6 units on K = 1024, whose boundaries cut
+// 128-groups and leave most warps without units; 2 slices with 1 block each, so warps take many
+// units and cross strips (K = 4096, N = 2048); one block of one slice, whose warps store whole
+// strips directly (K = 1024, N = 2048); and resident x off at M <= 2 through
+// GPUOPT_W4A16_DIRECT_RESIDENT=0. Group sizes that are and are not whole stages, per-channel,
+// zero-points, 8- and 16-row forms, each run twice (the workspace must be left clean).
 TEST(W4A16GemmGpuKernels, DirectKernelResidentXMatchesTwin) {
   GPUOPT_REQUIRE_GPU();
-  struct ScopedResident {
-    explicit ScopedResident(const char* value) { setenv("GPUOPT_W4A16_DIRECT_RESIDENT", value, 1); }
-    ~ScopedResident() { unsetenv("GPUOPT_W4A16_DIRECT_RESIDENT"); }
-  };
   W4A16Options options;
   options.force_path = 4;
+  struct Setting {
+    const char* resident;
+    const char* slices;
+    const char* slice_blocks;
+    int k, n;  // 0: the shapes below
+  };
+  const Setting settings[] = {{"1", "", "", 0, 0},
+                              {"1", "3", "", 1024, 512},
+                              {"1", "2", "1", 4096, 2048},
+                              {"1", "1", "1", 1024, 2048},
+                              {"0", "", "", 0, 0}};
   const int shapes[][2] = {{1024, 512}, {192, 64}, {4096, 256}, {2048, 1344}};
-  for (const char* setting : {"1", "0"}) {
-    ScopedResident resident(setting);
-    SCOPED_TRACE(std::string("GPUOPT_W4A16_DIRECT_RESIDENT=") + setting);
+  for (const Setting& setting : settings) {
+    ScopedEnv env({{"GPUOPT_W4A16_DIRECT_RESIDENT", setting.resident},
+                   {"GPUOPT_W4A16_DIRECT_SLICES", setting.slices},
+                   {"GPUOPT_W4A16_DIRECT_SLICE_BLOCKS", setting.slice_blocks}});
+    SCOPED_TRACE(std::string("resident ") + setting.resident + " slices '" + setting.slices +
+                 "' slice blocks '" + setting.slice_blocks + "'");
+    const bool resident = *setting.resident == '1';
+    const std::string slices =
+        *setting.slices != '\0' ? std::string(setting.slices) + "-slice" : "";
     int i = 0;
     for (ActivationType type : {ActivationType::kFloat16, ActivationType::kBFloat16}) {
       for (const Format& format : {kFormats[1], kFormats[2], kFormats[3]}) {
-        for (int group : {32, 64, -1}) {
-          for (int m : {1, 2, 3, 8}) {
-            if (*setting == '0' && m > 2) continue;
-            const auto& shape = shapes[i++ % 4];
-            if (group > 0 && shape[0] % group != 0) continue;
-            check_case({type, format, group, m, shape[0], shape[1], options}, 2);
+        for (int group : {32, 128, -1}) {
+          for (int m : {1, 2, 5, 9, 16}) {
+            if (!resident && m > 2) continue;
+            const int k = setting.k > 0 ? setting.k : shapes[i % 4][0];
+            const int n = setting.n > 0 ? setting.n : shapes[i % 4][1];
+            ++i;
+            if (group > 0 && k % group != 0) continue;
+            const std::string expect = resident ? "resident-x " + slices : "";
+            check_case({type, format, group, m, k, n, options}, 2,
+                       resident ? expect.c_str() : nullptr);
           }
         }
       }
