@@ -582,10 +582,14 @@ struct DirectVariant {
 template <typename T, bool kZeros, int kN8, bool kStageGroups, bool kResident>
 DirectVariant make_direct_variant() {
   constexpr int kWarps = kResident ? (kN8 == 1 ? kResidentWarps8 : kResidentWarps16) : kDirectWarps;
-  return {&k_w4a16_direct<T, kN8, kWarps, 4, 4, kZeros, kStageGroups, kResident>,
+  // Resident x, 8 rows: 3 stages (2 in flight per warp) measured 1-3 % faster than 4 at M = 1..8,
+  // and 5, 6 or 8 stages (also with 12 or 8 warps) 1-10 % slower; 16 rows: 3 and 4 tie, 5 to 8
+  // slower (H200, 2026-11-30, docs/PERFORMANCE.md).
+  constexpr int kStages = kResident && kN8 == 1 ? 3 : 4;
+  return {&k_w4a16_direct<T, kN8, kWarps, 4, kStages, kZeros, kStageGroups, kResident>,
           kN8,
           /*unroll=*/4,
-          /*stages=*/4,
+          kStages,
           kWarps,
           kResident,
           kStageGroups};

@@ -46,11 +46,16 @@ class GraphTest : public ::testing::Test {
     std::uniform_real_distribution<float> dist(-4.f, 4.f);
     for (float& v : x) v = dist(rng_);
     EXPECT_EQ(cudaMemcpy(x_, x.data(), kN * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    // stream_ does not wait for the legacy default stream, where this copy (and the memsets
+    // below) ran: without this a launch could read x, or write beside the poison, mid-copy (one
+    // replay-vs-eager mismatch on the H200, 2026-11-30).
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return x;
   }
   void poison_output() {
     ASSERT_EQ(cudaMemset(z_, 0xff, kN * sizeof(float)), cudaSuccess);  // NaNs
     ASSERT_EQ(cudaMemset(y_, 0xff, kN * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // memsets are asynchronous to the host
   }
   std::vector<float> read_output() {
     EXPECT_TRUE(stream_.synchronize().ok());
