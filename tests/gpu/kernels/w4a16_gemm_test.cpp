@@ -179,6 +179,37 @@ TEST(W4A16GemmGpuKernels, DirectKernelResidentXMatchesTwin) {
   }
 }
 
+// A few cases of the direct kernel small enough for compute-sanitizer's racecheck (the tests above
+// take minutes under it): resident x cut into 3 slices with zero-points and ring scales (8 rows),
+// 2 slices of one block each whose warps cross strips (16 rows), one block storing whole strips,
+// and the x ring with per-tile groups (resident x off), each run twice.
+TEST(W4A16GemmGpuSanitize, DirectKernelSmoke) {
+  GPUOPT_REQUIRE_GPU();
+  W4A16Options options;
+  options.force_path = 4;
+  struct Smoke {
+    const char* resident;
+    const char* slices;
+    const char* slice_blocks;
+    const Format& format;
+    int group, m, k, n;
+    const char* describe;
+  };
+  const Smoke cases[] = {
+      {"1", "3", "", kFormats[1], 128, 5, 1024, 512, "resident-x 3-slice"},
+      {"1", "2", "1", kFormats[0], 128, 16, 2048, 1024, "resident-x 2-slice"},
+      {"1", "1", "1", kFormats[0], 64, 3, 1024, 2048, "resident-x 1-slice"},
+      {"0", "", "", kFormats[2], 32, 12, 1024, 512, "rows16 4x4tiles"},
+  };
+  for (const Smoke& c : cases) {
+    ScopedEnv env({{"GPUOPT_W4A16_DIRECT_RESIDENT", c.resident},
+                   {"GPUOPT_W4A16_DIRECT_SLICES", c.slices},
+                   {"GPUOPT_W4A16_DIRECT_SLICE_BLOCKS", c.slice_blocks}});
+    check_case({ActivationType::kFloat16, c.format, c.group, c.m, c.k, c.n, options}, 2,
+               c.describe);
+  }
+}
+
 TEST(W4A16GemmGpuFallback, DequantiseAndCublasMatchesTwin) {
   GPUOPT_REQUIRE_GPU();
   W4A16Options options;
