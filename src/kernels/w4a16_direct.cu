@@ -20,6 +20,7 @@
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "w4a16_device.cuh"
+#include "w4a16_direct_partition.hpp"
 #include "w4a16_paths.hpp"
 
 namespace gpuopt::kernels::w4a16_detail {
@@ -165,15 +166,16 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
   // This warp's units: v in [v_begin, v_end) of its slice's strips x slice_units, strip-major
   // (one slice of all units_per_strip without resident x).
   const int slice = kResidentX ? static_cast<int>(blockIdx.x) / p.slice_blocks : 0;
-  const int slice_first = kResidentX ? slice * p.units_per_strip / p.slices : 0;
+  const int slice_first = kResidentX ? direct_slice_first(slice, p.slices, p.units_per_strip) : 0;
   const int slice_units =
-      kResidentX ? (slice + 1) * p.units_per_strip / p.slices - slice_first : p.units_per_strip;
+      kResidentX ? direct_slice_first(slice + 1, p.slices, p.units_per_strip) - slice_first
+                 : p.units_per_strip;
   const long long slice_total = static_cast<long long>(p.op.strips) * slice_units;
   const long long slice_warps = static_cast<long long>(p.slice_blocks) * kWarps;
   const long long slice_warp =
       static_cast<long long>(blockIdx.x - slice * p.slice_blocks) * kWarps + warp;
-  const int v_begin = static_cast<int>(slice_warp * slice_total / slice_warps);
-  const int v_end = static_cast<int>((slice_warp + 1) * slice_total / slice_warps);
+  const int v_begin = direct_warp_first(slice_warp, slice_warps, slice_total);
+  const int v_end = direct_warp_first(slice_warp + 1, slice_warps, slice_total);
   const int count = v_end - v_begin;
   const int first_strip = v_begin / slice_units;
   const int first_unit = v_begin - first_strip * slice_units;  // within the slice
@@ -674,11 +676,12 @@ Slicing choose_slicing(const DirectVariant& kernel, int m, int strips, int units
     const long long warps = static_cast<long long>(slice_blocks) * kernel.warps;
     long long longest = 0, pieces = 0, working = 0;
     for (int slice = 0; slice < slices; ++slice) {
-      const int first = slice * units_per_strip / slices;
-      const int units = (slice + 1) * units_per_strip / slices - first;
+      const int units = direct_slice_first(slice + 1, slices, units_per_strip) -
+                        direct_slice_first(slice, slices, units_per_strip);
       const long long total = static_cast<long long>(strips) * units;
       for (long long w = 0; w < warps; ++w) {
-        const long long begin = w * total / warps, end = (w + 1) * total / warps;
+        const long long begin = direct_warp_first(w, warps, total);
+        const long long end = direct_warp_first(w + 1, warps, total);
         if (end <= begin) continue;
         ++working;
         longest = std::max(longest, end - begin);
