@@ -165,13 +165,10 @@ __device__ __forceinline__ void store_four(T* y, const float4& v) {
 // outputs, the workspace left zero for the next run.
 template <typename T>
 __device__ __forceinline__ void take_partials(float* partial, T* y, std::size_t index) {
-  using Pair = typename TypeTraits<T>::Pair;
   float4* source = reinterpret_cast<float4*>(partial + index);
   const float4 v = __ldcg(source);
   __stcg(source, make_float4(0.f, 0.f, 0.f, 0.f));
-  Pair* target = reinterpret_cast<Pair*>(y + index);
-  target[0] = float2_to_pair<T>(v.x, v.y);
-  target[1] = float2_to_pair<T>(v.z, v.w);
+  store_four<T>(y + index, v);
 }
 
 // ---- Hopper bulk copies (cp.async.bulk + mbarrier): one lane per contiguous chunk ----

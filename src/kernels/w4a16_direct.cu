@@ -376,9 +376,9 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
   };
 
   // The strip's sums: stored when this warp did all of it, else added into the fp32 workspace with
-  // fire-and-forget reductions. Nothing here waits on memory: a fence or an atomic with a result
-  // waits for the whole memory queue behind the warp's own stream (3 us and more per strip on the
-  // H200 at M = 16); the strips' counts are taken once, at the warp's end (count_strips).
+  // fire-and-forget reductions: nothing here waits on memory (with a fence, a counter atomic and
+  // the fix-up here, each strip piece had cost a warp 1.3-3 us on the H200); the strips' counts
+  // are taken once, at the warp's end (count_strips).
   T* y = static_cast<T*>(p.op.y);
   auto finish_strip = [&](int units_done) {
     const bool whole = units_done == p.units_per_strip;
@@ -571,7 +571,6 @@ constexpr int kDirectWarps = 4;
 // 16 rows: <= 168).
 constexpr int kResidentWarps8 = 16;
 constexpr int kResidentWarps16 = 12;
-constexpr int kResidentMaxM = 16;  // rows up to which resident x is the default
 
 using DirectKernel = void (*)(DirectParams);
 
@@ -719,13 +718,12 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   int variant = (m > 8 ? 1 : 0) | (stage_groups ? 2 : 0);
   const int strips = w.n / kTileN;
-  // Resident x (k-sliced where all of x does not fit) up to kResidentMaxM rows where one block's
-  // shared memory holds a slice and the rings; GPUOPT_W4A16_DIRECT_RESIDENT=0/1 turns it off / on
-  // up to 16 rows, GPUOPT_W4A16_DIRECT_SLICES=n forces n slices and
+  // Resident x (k-sliced where all of x does not fit) wherever one block's shared memory holds a
+  // slice and the rings; GPUOPT_W4A16_DIRECT_RESIDENT=0 turns it off, GPUOPT_W4A16_DIRECT_SLICES=n
+  // forces n slices and
   // GPUOPT_W4A16_DIRECT_SLICE_BLOCKS=b at most b blocks per slice, for A/B runs and tests.
-  const int resident_setting = env_int("GPUOPT_W4A16_DIRECT_RESIDENT", -1);
   Slicing slicing;
-  if (resident_setting == 1 || (resident_setting < 0 && m <= kResidentMaxM)) {
+  if (env_int("GPUOPT_W4A16_DIRECT_RESIDENT", 1) != 0) {
     const DirectVariant candidate = direct_variant_for(w.type, w.has_zeros, variant | 4);
     slicing = choose_slicing(candidate, m, strips, w.k / (kTileK * candidate.unroll), sms, optin,
                              env_int("GPUOPT_W4A16_DIRECT_SLICES", 0),
