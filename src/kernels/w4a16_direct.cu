@@ -474,6 +474,10 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     // s + kStages - 1, then wait for stage s; x rows were copied by other lanes, hence the
     // syncwarp.
     const int ahead = s + kStages - 1;
+    // With whole-stage groups the slot refilled here held scales that other lanes read one
+    // stage ago: they must have read them before its copying lane overwrites them (racecheck
+    // warned of this intra-warp hazard without the syncwarp).
+    if constexpr (kStageGroups) __syncwarp();
     if (ahead < count) issue(ahead % kStages);
     copy_async_commit();
     copy_async_wait<kStages - 1>();
