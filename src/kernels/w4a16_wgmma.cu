@@ -39,10 +39,15 @@ struct WgmmaParams {
   int k_stages;      // K / 64
   int splits;        // k-splits per output tile
   int token_tiles;   // ceil(M / kTokens)
+  int tiles;         // column tiles x token tiles
   // k16 tile t's quantization group without a division: t >> group_shift when group_tiles is a
   // power of two, else __umulhi(t, group_magic) (exact for t, group_tiles < 2^16; host-checked).
   int group_shift;  // -1: use group_magic
   std::uint32_t group_magic;
+  // 0: block b is split b % splits of tile b / splits (token tiles fastest). 1 (stream-K): the
+  // grid is one wave and block b takes the (tile, 64-k stage) units [b T / B, (b + 1) T / B) of
+  // all T = tiles x k_stages laid end to end, one segment per tile it touches.
+  int stream_k;
 };
 
 #if GPUOPT_WGMMA_DEVICE
@@ -271,6 +276,7 @@ __device__ __forceinline__ void dequantize_scaled(std::uint32_t word, const Cons
 // (compile-time counts, per-thread bases) so a stage only adds its k offset, and copies a k16
 // tile's scales/zeros only where the decode loop reads them (the first tile of the split and of
 // each group), not for every k16 tile.
+
 template <typename T, int kWarpgroups, int kS, int kTokens, int kStages, int kMinBlocks,
           bool kZeros, bool kFastCopy = false>
 __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
@@ -296,344 +302,372 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
   const int strip_local = (warp / 4) * kS + w % kS;
   const int word_base = (w / kS) * kS;
 
-  int b = blockIdx.x;
-  const int token_tile = b % p.token_tiles;
-  b /= p.token_tiles;
-  const int split = b % p.splits;
-  const int column_tile = b / p.splits;
-  const int token0 = token_tile * kTokens;
-  const int first_strip = column_tile * kBlockStrips;
-  const int s0 = static_cast<int>(static_cast<long long>(split) * p.k_stages / p.splits);
-  const int s1 = static_cast<int>(static_cast<long long>(split + 1) * p.k_stages / p.splits);
+  // One segment: the k-stages [s0, s1) of one output tile, then its store or its fp32 partial.
+  auto segment = [&](const int token_tile, const int column_tile, const int s0, const int s1) {
+    const int token0 = token_tile * kTokens;
+    const int first_strip = column_tile * kBlockStrips;
 
-  const std::uint64_t policy = evict_first_policy();
-  const T* x = static_cast<const T*>(p.op.x);
+    const std::uint64_t policy = evict_first_policy();
+    const T* x = static_cast<const T*>(p.op.x);
 
-  auto load_stage = [&](int slot, int stage) {
-    const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
-    const int k0 = stage * kStageK;
-    const int t0 = stage * kStageTiles;
-    for (int q = tid; q < kTokens * 8; q += kThreads) {
-      const int r = q / 8;
-      const int chunk = q % 8;
-      const int token = token0 + r;
-      const bool valid = token < p.op.m;  // rows past M are zero
-      copy_async_16(slot_address + Layout::kX + r * 128 + ((chunk ^ (r % 8)) * 16),
-                    x + static_cast<std::size_t>(valid ? token : 0) * p.op.k + k0 + chunk * 8,
-                    valid ? 16 : 0);
-    }
-    for (int q = tid; q < kBlockStrips * kStageTiles * 32; q += kThreads) {
-      const int sl = q / (kStageTiles * 32);
-      const int kk = (q / 32) % kStageTiles;
-      const int chunk = q % 32;
-      const int strip = first_strip + sl;
-      const bool valid = strip < p.op.strips;  // the last column tile of N % 256 != 0
-      copy_async_16_hint(
-          slot_address + Layout::kWeights + q * 16,
-          p.op.tiles + (static_cast<std::size_t>(valid ? strip : 0) * p.k_tiles + t0 + kk) * 32 +
-              chunk,
-          valid ? 16 : 0, policy);
-    }
-    for (int q = tid; q < kStageTiles * kBlockStrips * 8; q += kThreads) {
-      const int kk = q / (kBlockStrips * 8);
-      const int sl = (q / 8) % kBlockStrips;
-      const int chunk = q % 8;
-      const int strip = first_strip + sl;
-      const bool valid = strip < p.op.strips;
-      const int group = (t0 + kk) / p.op.group_tiles;
-      copy_async_16(slot_address + Layout::kScales + q * 16,
-                    p.op.scales +
-                        (static_cast<std::size_t>(group) * p.op.strips + (valid ? strip : 0)) * 64 +
-                        chunk * 8,
-                    valid ? 16 : 0);
-    }
-    if constexpr (kZeros) {
-      for (int q = tid; q < kStageTiles * kBlockStrips * 4; q += kThreads) {
-        const int kk = q / (kBlockStrips * 4);
-        const int sl = (q / 4) % kBlockStrips;
-        const int chunk = q % 4;
+    auto load_stage = [&](int slot, int stage) {
+      const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
+      const int k0 = stage * kStageK;
+      const int t0 = stage * kStageTiles;
+      for (int q = tid; q < kTokens * 8; q += kThreads) {
+        const int r = q / 8;
+        const int chunk = q % 8;
+        const int token = token0 + r;
+        const bool valid = token < p.op.m;  // rows past M are zero
+        copy_async_16(slot_address + Layout::kX + r * 128 + ((chunk ^ (r % 8)) * 16),
+                      x + static_cast<std::size_t>(valid ? token : 0) * p.op.k + k0 + chunk * 8,
+                      valid ? 16 : 0);
+      }
+      for (int q = tid; q < kBlockStrips * kStageTiles * 32; q += kThreads) {
+        const int sl = q / (kStageTiles * 32);
+        const int kk = (q / 32) % kStageTiles;
+        const int chunk = q % 32;
+        const int strip = first_strip + sl;
+        const bool valid = strip < p.op.strips;  // the last column tile of N % 256 != 0
+        copy_async_16_hint(
+            slot_address + Layout::kWeights + q * 16,
+            p.op.tiles + (static_cast<std::size_t>(valid ? strip : 0) * p.k_tiles + t0 + kk) * 32 +
+                chunk,
+            valid ? 16 : 0, policy);
+      }
+      for (int q = tid; q < kStageTiles * kBlockStrips * 8; q += kThreads) {
+        const int kk = q / (kBlockStrips * 8);
+        const int sl = (q / 8) % kBlockStrips;
+        const int chunk = q % 8;
         const int strip = first_strip + sl;
         const bool valid = strip < p.op.strips;
         const int group = (t0 + kk) / p.op.group_tiles;
         copy_async_16(
-            slot_address + Layout::kZeros + q * 16,
-            p.op.zeros +
-                (static_cast<std::size_t>(group) * p.op.strips + (valid ? strip : 0)) * 64 +
-                chunk * 16,
-            valid ? 16 : 0);
-      }
-    }
-  };
-
-  // ---- kFastCopy: per-thread copy bases ----
-  constexpr int kXCopies = kTokens * 8 / kThreads;
-  constexpr int kWeightCopies = kBlockStrips * kStageTiles * 32 / kThreads;
-  static_assert(kTokens * 8 % kThreads == 0 && kThreads % 128 == 0, "whole copies per thread");
-  // x: thread tid copies chunk tid % 8 of rows tid / 8 + j * kThreads / 8; kThreads / 8 is a
-  // multiple of 8, so the swizzle (chunk ^ row % 8) is the same for every j.
-  const int x_row = tid / 8;
-  const int x_chunk = tid % 8;
-  const std::uint32_t x_dst = x_row * 128 + ((x_chunk ^ (x_row % 8)) * 16);
-  const T* const x_src = x + static_cast<std::size_t>(token0 + x_row) * p.op.k + x_chunk * 8;
-  const int x_rows_left = p.op.m - token0 - x_row;  // copy j is real when j * kThreads / 8 < this
-  // Weights: copy j is 16-byte chunk q = tid + j * kThreads of the stage's [4 strips][4 k16][512 B]
-  // (strip q / 128, offset q % 128 in the strip's contiguous 2 KB of the stage).
-  const uint4* const w_src =
-      p.op.tiles + (static_cast<std::size_t>(first_strip + tid / 128) * p.k_tiles) * 32 + tid % 128;
-  const int w_strips_left = p.op.strips - first_strip - tid / 128;
-  // Scales (tid < 128): k16 tile tid / 32, strip (tid / 8) % 4, chunk tid % 8; zeros (tid < 64):
-  // tile tid / 16, strip (tid / 4) % 4, chunk tid % 4.
-  const int sc_kk = tid / 32;
-  const int sc_strip = first_strip + (tid / 8) % kBlockStrips;
-  const int z_kk = tid / 16;
-  const int z_strip = first_strip + (tid / 4) % kBlockStrips;
-
-  auto load_stage_fast = [&](int slot, int stage) {
-    const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
-    const int k0 = stage * kStageK;
-    const int t0 = stage * kStageTiles;
-#pragma unroll
-    for (int j = 0; j < kXCopies; ++j) {
-      const bool valid = j * (kThreads / 8) < x_rows_left;  // rows past M are zero
-      copy_async_16(slot_address + Layout::kX + x_dst + j * kThreads * 16,
-                    valid ? x_src + static_cast<std::size_t>(j) * (kThreads / 8) * p.op.k + k0 : x,
-                    valid ? 16 : 0);
-    }
-#pragma unroll
-    for (int j = 0; j < kWeightCopies; ++j) {
-      const bool valid = j * (kThreads / 128) < w_strips_left;  // the last tile of N % 256 != 0
-      copy_async_16_hint(
-          slot_address + Layout::kWeights + (tid + j * kThreads) * 16,
-          valid ? w_src + static_cast<std::size_t>(j) * (kThreads / 128) * p.k_tiles * 32 + t0 * 32
-                : p.op.tiles,
-          valid ? 16 : 0, policy);
-    }
-    if (tid < kStageTiles * kBlockStrips * 8) {
-      const int t = t0 + sc_kk;
-      const int group = group_of(p, t);
-      // Only the tiles where the decode loop loads constants: a group's first, the split's first.
-      if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
-        const bool valid = sc_strip < p.op.strips;
-        copy_async_16(
-            slot_address + Layout::kScales + tid * 16,
+            slot_address + Layout::kScales + q * 16,
             p.op.scales +
-                (static_cast<std::size_t>(group) * p.op.strips + (valid ? sc_strip : 0)) * 64 +
-                x_chunk * 8,
+                (static_cast<std::size_t>(group) * p.op.strips + (valid ? strip : 0)) * 64 +
+                chunk * 8,
             valid ? 16 : 0);
       }
-    }
-    if constexpr (kZeros) {
-      if (tid < kStageTiles * kBlockStrips * 4) {
-        const int t = t0 + z_kk;
-        const int group = group_of(p, t);
-        if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
-          const bool valid = z_strip < p.op.strips;
+      if constexpr (kZeros) {
+        for (int q = tid; q < kStageTiles * kBlockStrips * 4; q += kThreads) {
+          const int kk = q / (kBlockStrips * 4);
+          const int sl = (q / 4) % kBlockStrips;
+          const int chunk = q % 4;
+          const int strip = first_strip + sl;
+          const bool valid = strip < p.op.strips;
+          const int group = (t0 + kk) / p.op.group_tiles;
           copy_async_16(
-              slot_address + Layout::kZeros + tid * 16,
+              slot_address + Layout::kZeros + q * 16,
               p.op.zeros +
-                  (static_cast<std::size_t>(group) * p.op.strips + (valid ? z_strip : 0)) * 64 +
-                  (tid % 4) * 16,
+                  (static_cast<std::size_t>(group) * p.op.strips + (valid ? strip : 0)) * 64 +
+                  chunk * 16,
               valid ? 16 : 0);
         }
       }
+    };
+
+    // ---- kFastCopy: per-thread copy bases ----
+    constexpr int kXCopies = kTokens * 8 / kThreads;
+    constexpr int kWeightCopies = kBlockStrips * kStageTiles * 32 / kThreads;
+    static_assert(kTokens * 8 % kThreads == 0 && kThreads % 128 == 0, "whole copies per thread");
+    // x: thread tid copies chunk tid % 8 of rows tid / 8 + j * kThreads / 8; kThreads / 8 is a
+    // multiple of 8, so the swizzle (chunk ^ row % 8) is the same for every j.
+    const int x_row = tid / 8;
+    const int x_chunk = tid % 8;
+    const std::uint32_t x_dst = x_row * 128 + ((x_chunk ^ (x_row % 8)) * 16);
+    const T* const x_src = x + static_cast<std::size_t>(token0 + x_row) * p.op.k + x_chunk * 8;
+    const int x_rows_left = p.op.m - token0 - x_row;  // copy j is real when j * kThreads / 8 < this
+    // Weights: copy j is 16-byte chunk q = tid + j * kThreads of the stage's [4 strips][4 k16][512
+    // B] (strip q / 128, offset q % 128 in the strip's contiguous 2 KB of the stage).
+    const uint4* const w_src =
+        p.op.tiles + (static_cast<std::size_t>(first_strip + tid / 128) * p.k_tiles) * 32 +
+        tid % 128;
+    const int w_strips_left = p.op.strips - first_strip - tid / 128;
+    // Scales (tid < 128): k16 tile tid / 32, strip (tid / 8) % 4, chunk tid % 8; zeros (tid < 64):
+    // tile tid / 16, strip (tid / 4) % 4, chunk tid % 4.
+    const int sc_kk = tid / 32;
+    const int sc_strip = first_strip + (tid / 8) % kBlockStrips;
+    const int z_kk = tid / 16;
+    const int z_strip = first_strip + (tid / 4) % kBlockStrips;
+
+    auto load_stage_fast = [&](int slot, int stage) {
+      const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
+      const int k0 = stage * kStageK;
+      const int t0 = stage * kStageTiles;
+#pragma unroll
+      for (int j = 0; j < kXCopies; ++j) {
+        const bool valid = j * (kThreads / 8) < x_rows_left;  // rows past M are zero
+        copy_async_16(
+            slot_address + Layout::kX + x_dst + j * kThreads * 16,
+            valid ? x_src + static_cast<std::size_t>(j) * (kThreads / 8) * p.op.k + k0 : x,
+            valid ? 16 : 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kWeightCopies; ++j) {
+        const bool valid = j * (kThreads / 128) < w_strips_left;  // the last tile of N % 256 != 0
+        copy_async_16_hint(
+            slot_address + Layout::kWeights + (tid + j * kThreads) * 16,
+            valid
+                ? w_src + static_cast<std::size_t>(j) * (kThreads / 128) * p.k_tiles * 32 + t0 * 32
+                : p.op.tiles,
+            valid ? 16 : 0, policy);
+      }
+      if (tid < kStageTiles * kBlockStrips * 8) {
+        const int t = t0 + sc_kk;
+        const int group = group_of(p, t);
+        // Only the tiles where the decode loop loads constants: a group's first, the split's first.
+        if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
+          const bool valid = sc_strip < p.op.strips;
+          copy_async_16(
+              slot_address + Layout::kScales + tid * 16,
+              p.op.scales +
+                  (static_cast<std::size_t>(group) * p.op.strips + (valid ? sc_strip : 0)) * 64 +
+                  x_chunk * 8,
+              valid ? 16 : 0);
+        }
+      }
+      if constexpr (kZeros) {
+        if (tid < kStageTiles * kBlockStrips * 4) {
+          const int t = t0 + z_kk;
+          const int group = group_of(p, t);
+          if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
+            const bool valid = z_strip < p.op.strips;
+            copy_async_16(
+                slot_address + Layout::kZeros + tid * 16,
+                p.op.zeros +
+                    (static_cast<std::size_t>(group) * p.op.strips + (valid ? z_strip : 0)) * 64 +
+                    (tid % 4) * 16,
+                valid ? 16 : 0);
+          }
+        }
+      }
+    };
+    auto load = [&](int slot, int stage) {
+      if constexpr (kFastCopy) {
+        load_stage_fast(slot, stage);
+      } else {
+        load_stage(slot, stage);
+      }
+    };
+
+    float acc[kS][kTokens / 2];
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+#pragma unroll
+      for (int e = 0; e < kTokens / 2; ++e) acc[i][e] = 0.0f;
     }
-  };
-  auto load = [&](int slot, int stage) {
-    if constexpr (kFastCopy) {
-      load_stage_fast(slot, stage);
-    } else {
-      load_stage(slot, stage);
-    }
-  };
-
-  float acc[kS][kTokens / 2];
-#pragma unroll
-  for (int i = 0; i < kS; ++i) {
-#pragma unroll
-    for (int e = 0; e < kTokens / 2; ++e) acc[i][e] = 0.0f;
-  }
-  Constants<kS> constants;
-  std::uint32_t a[2][kS][4];
+    Constants<kS> constants;
+    std::uint32_t a[2][kS][4];
 
 #pragma unroll
-  for (int i = 0; i < kStages - 2; ++i) {
-    if (s0 + i < s1) load(i, s0 + i);
-    copy_async_commit();
-  }
-
-  // Shared-memory matrix descriptor: 128-byte swizzle (bits 62-63 = 1), 8-row groups 1024 bytes
-  // apart (stride, bits 32-45), leading offset unused for swizzled K-major (1), start address
-  // >> 4 in bits 0-13; a k16 step inside the 64-k row adds 32 bytes to the start.
-  const std::uint64_t descriptor_base =
-      (1ull << 62) | (static_cast<std::uint64_t>(1024 >> 4) << 32) | (1ull << 16);
-  int left = 0;  // k16 tiles left in the group whose constants are loaded
-  int slot = 0;
-  for (int stage = s0; stage < s1; ++stage) {
-    copy_async_wait<kStages - 3>();
-    fence_proxy_async();
-    __syncthreads();
-    // Refill the slot of stage - 2: its wgmmas completed (at most the last group of stage - 1 is
-    // still running), and every warp has read its weights and constants (the barrier above).
-    {
-      const int next = stage + kStages - 2;
-      if (next < s1) load(slot + kStages - 2 >= kStages ? slot - 2 : slot + kStages - 2, next);
+    for (int i = 0; i < kStages - 2; ++i) {
+      if (s0 + i < s1) load(i, s0 + i);
       copy_async_commit();
     }
-    const unsigned char* stage_memory = base + slot * Layout::kBytes;
-    const std::uint32_t x_address = base_address + slot * Layout::kBytes + Layout::kX;
-    // kFastCopy: the stage's weight words read up front, so one shared-memory latency per stage
-    // (not one per k16 tile between a wgmma wait and the next decode).
-    std::uint32_t stage_words[kFastCopy ? kStageTiles : 1][kS];
-    if constexpr (kFastCopy) {
+
+    // Shared-memory matrix descriptor: 128-byte swizzle (bits 62-63 = 1), 8-row groups 1024 bytes
+    // apart (stride, bits 32-45), leading offset unused for swizzled K-major (1), start address
+    // >> 4 in bits 0-13; a k16 step inside the 64-k row adds 32 bytes to the start.
+    const std::uint64_t descriptor_base =
+        (1ull << 62) | (static_cast<std::uint64_t>(1024 >> 4) << 32) | (1ull << 16);
+    int left = 0;  // k16 tiles left in the group whose constants are loaded
+    int slot = 0;
+    for (int stage = s0; stage < s1; ++stage) {
+      copy_async_wait<kStages - 3>();
+      fence_proxy_async();
+      __syncthreads();
+      // Refill the slot of stage - 2: its wgmmas completed (at most the last group of stage - 1 is
+      // still running), and every warp has read its weights and constants (the barrier above).
+      {
+        const int next = stage + kStages - 2;
+        if (next < s1) load(slot + kStages - 2 >= kStages ? slot - 2 : slot + kStages - 2, next);
+        copy_async_commit();
+      }
+      const unsigned char* stage_memory = base + slot * Layout::kBytes;
+      const std::uint32_t x_address = base_address + slot * Layout::kBytes + Layout::kX;
+      // kFastCopy: the stage's weight words read up front, so one shared-memory latency per stage
+      // (not one per k16 tile between a wgmma wait and the next decode).
+      std::uint32_t stage_words[kFastCopy ? kStageTiles : 1][kS];
+      if constexpr (kFastCopy) {
+#pragma unroll
+        for (int kk = 0; kk < kStageTiles; ++kk) {
+          const unsigned char* weights = stage_memory + Layout::kWeights +
+                                         (strip_local * kStageTiles + kk) * kTileBytes + lane * 16 +
+                                         word_base * 4;
+          if constexpr (kS == 4) {
+            const uint4 v = *reinterpret_cast<const uint4*>(weights);
+            stage_words[kk][0] = v.x;
+            stage_words[kk][1] = v.y;
+            stage_words[kk][2] = v.z;
+            stage_words[kk][3] = v.w;
+          } else {
+            const uint2 v = *reinterpret_cast<const uint2*>(weights);
+            stage_words[kk][0] = v.x;
+            stage_words[kk][1] = v.y;
+          }
+        }
+      }
 #pragma unroll
       for (int kk = 0; kk < kStageTiles; ++kk) {
+        if (left == 0) {
+          const int t = stage * kStageTiles + kk;
+          load_constants<T, kTokens, kS, kZeros>(stage_memory, kk, strip_local, word_base, g,
+                                                 constants);
+          left = (group_of(p, t) + 1) * p.op.group_tiles - t;
+        }
+        --left;
+        std::uint32_t words[kS];
         const unsigned char* weights = stage_memory + Layout::kWeights +
                                        (strip_local * kStageTiles + kk) * kTileBytes + lane * 16 +
                                        word_base * 4;
-        if constexpr (kS == 4) {
+        if constexpr (kFastCopy) {
+#pragma unroll
+          for (int i = 0; i < kS; ++i) words[i] = stage_words[kk][i];
+        } else if constexpr (kS == 4) {
           const uint4 v = *reinterpret_cast<const uint4*>(weights);
-          stage_words[kk][0] = v.x;
-          stage_words[kk][1] = v.y;
-          stage_words[kk][2] = v.z;
-          stage_words[kk][3] = v.w;
+          words[0] = v.x;
+          words[1] = v.y;
+          words[2] = v.z;
+          words[3] = v.w;
         } else {
           const uint2 v = *reinterpret_cast<const uint2*>(weights);
-          stage_words[kk][0] = v.x;
-          stage_words[kk][1] = v.y;
+          words[0] = v.x;
+          words[1] = v.y;
+        }
+#pragma unroll
+        for (int i = 0; i < kS; ++i) dequantize_scaled<T, kS>(words[i], constants, i, a[kk % 2][i]);
+        wgmma_fence();
+        const std::uint64_t descriptor = descriptor_base | ((x_address + kk * 32) >> 4);
+#pragma unroll
+        for (int i = 0; i < kS; ++i) wgmma_rs<T, kTokens>(acc[i], a[kk % 2][i], descriptor);
+        wgmma_commit();
+        // The group of the previous k16 tile is done: its A registers may be rewritten.
+        wgmma_wait<1>();
+      }
+      slot = slot + 1 == kStages ? 0 : slot + 1;
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+#pragma unroll
+      for (int e = 0; e < kTokens / 2; ++e) pin(acc[i][e]);
+    }
+
+    // D fragment: acc[i][4 jn + e] is row 16 w + g + 8 (e / 2) of wgmma i (column
+    // 16 (word_base + i) + g + 8 (e / 2) of the strip), column (token) 8 jn + 2 c + e % 2.
+    T* y = static_cast<T*>(p.op.y);
+    const bool whole = s0 == 0 && s1 == p.k_stages;
+    const int strip = first_strip + strip_local;
+    if constexpr (kFastCopy) {
+      // Split-K partials through shared memory: [kTokens][256 + 4] fp32 (the pad spreads the 32
+      // lanes of a store over 32 banks), then one 16-byte atomic per 4 columns instead of 4 scalar
+      // ones (the fp32 atomics of 7 splits at M=64 are ~13 M L2 operations on 8192x28672).
+      constexpr int kPitch = kBlockColumns + 4;
+      static_assert(kTokens * kPitch * 4 <= kStages * Layout::kBytes,
+                    "partial tile fits the stages");
+      if (!whole) {
+        copy_async_wait<0>();
+        __syncthreads();  // every warp is done with the stages
+        float* tile = reinterpret_cast<float*>(base);
+#pragma unroll
+        for (int i = 0; i < kS; ++i) {
+#pragma unroll
+          for (int jn = 0; jn < kTokens / 8; ++jn) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int row = 8 * jn + 2 * c + e % 2;
+              const int column = strip_local * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
+              tile[row * kPitch + column] = acc[i][4 * jn + e];
+            }
+          }
+        }
+        __syncthreads();
+        const int columns = min(kBlockColumns, p.op.n - first_strip * kTileN);
+        const int rows = min(kTokens, p.op.m - token0);
+        for (int q = tid; q < rows * (kBlockColumns / 4); q += kThreads) {
+          const int row = q / (kBlockColumns / 4);
+          const int c4 = q % (kBlockColumns / 4);
+          if (c4 * 4 >= columns) continue;
+          const float4 v = *reinterpret_cast<const float4*>(tile + row * kPitch + c4 * 4);
+          atomicAdd(reinterpret_cast<float4*>(p.op.partial +
+                                              static_cast<std::size_t>(token0 + row) * p.op.n +
+                                              first_strip * kTileN + c4 * 4),
+                    v);
         }
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < kStageTiles; ++kk) {
-      if (left == 0) {
-        const int t = stage * kStageTiles + kk;
-        load_constants<T, kTokens, kS, kZeros>(stage_memory, kk, strip_local, word_base, g,
-                                               constants);
-        left = (group_of(p, t) + 1) * p.op.group_tiles - t;
-      }
-      --left;
-      std::uint32_t words[kS];
-      const unsigned char* weights = stage_memory + Layout::kWeights +
-                                     (strip_local * kStageTiles + kk) * kTileBytes + lane * 16 +
-                                     word_base * 4;
-      if constexpr (kFastCopy) {
-#pragma unroll
-        for (int i = 0; i < kS; ++i) words[i] = stage_words[kk][i];
-      } else if constexpr (kS == 4) {
-        const uint4 v = *reinterpret_cast<const uint4*>(weights);
-        words[0] = v.x;
-        words[1] = v.y;
-        words[2] = v.z;
-        words[3] = v.w;
-      } else {
-        const uint2 v = *reinterpret_cast<const uint2*>(weights);
-        words[0] = v.x;
-        words[1] = v.y;
-      }
-#pragma unroll
-      for (int i = 0; i < kS; ++i) dequantize_scaled<T, kS>(words[i], constants, i, a[kk % 2][i]);
-      wgmma_fence();
-      const std::uint64_t descriptor = descriptor_base | ((x_address + kk * 32) >> 4);
-#pragma unroll
-      for (int i = 0; i < kS; ++i) wgmma_rs<T, kTokens>(acc[i], a[kk % 2][i], descriptor);
-      wgmma_commit();
-      // The group of the previous k16 tile is done: its A registers may be rewritten.
-      wgmma_wait<1>();
-    }
-    slot = slot + 1 == kStages ? 0 : slot + 1;
-  }
-  wgmma_wait<0>();
-#pragma unroll
-  for (int i = 0; i < kS; ++i) {
-#pragma unroll
-    for (int e = 0; e < kTokens / 2; ++e) pin(acc[i][e]);
-  }
-
-  // D fragment: acc[i][4 jn + e] is row 16 w + g + 8 (e / 2) of wgmma i (column
-  // 16 (word_base + i) + g + 8 (e / 2) of the strip), column (token) 8 jn + 2 c + e % 2.
-  T* y = static_cast<T*>(p.op.y);
-  const bool whole = p.splits == 1;
-  const int strip = first_strip + strip_local;
-  if constexpr (kFastCopy) {
-    // Split-K partials through shared memory: [kTokens][256 + 4] fp32 (the pad spreads the 32
-    // lanes of a store over 32 banks), then one 16-byte atomic per 4 columns instead of 4 scalar
-    // ones (the fp32 atomics of 7 splits at M=64 are ~13 M L2 operations on 8192x28672).
-    constexpr int kPitch = kBlockColumns + 4;
-    static_assert(kTokens * kPitch * 4 <= kStages * Layout::kBytes, "partial tile fits the stages");
-    if (!whole) {
-      copy_async_wait<0>();
-      __syncthreads();  // every warp is done with the stages
-      float* tile = reinterpret_cast<float*>(base);
+    if (strip < p.op.strips && (whole || !kFastCopy)) {
 #pragma unroll
       for (int i = 0; i < kS; ++i) {
 #pragma unroll
         for (int jn = 0; jn < kTokens / 8; ++jn) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int row = 8 * jn + 2 * c + e % 2;
-            const int column = strip_local * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
-            tile[row * kPitch + column] = acc[i][4 * jn + e];
-          }
-        }
-      }
-      __syncthreads();
-      const int columns = min(kBlockColumns, p.op.n - first_strip * kTileN);
-      const int rows = min(kTokens, p.op.m - token0);
-      for (int q = tid; q < rows * (kBlockColumns / 4); q += kThreads) {
-        const int row = q / (kBlockColumns / 4);
-        const int c4 = q % (kBlockColumns / 4);
-        if (c4 * 4 >= columns) continue;
-        const float4 v = *reinterpret_cast<const float4*>(tile + row * kPitch + c4 * 4);
-        atomicAdd(reinterpret_cast<float4*>(p.op.partial +
-                                            static_cast<std::size_t>(token0 + row) * p.op.n +
-                                            first_strip * kTileN + c4 * 4),
-                  v);
-      }
-    }
-  }
-  if (strip < p.op.strips && (whole || !kFastCopy)) {
-#pragma unroll
-    for (int i = 0; i < kS; ++i) {
-#pragma unroll
-      for (int jn = 0; jn < kTokens / 8; ++jn) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int token = token0 + 8 * jn + 2 * c + e % 2;
-          if (token >= p.op.m) continue;
-          const int column = strip * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
-          const std::size_t index = static_cast<std::size_t>(token) * p.op.n + column;
-          if (whole) {
-            y[index] = float_to_value<T>(acc[i][4 * jn + e]);
-          } else {
-            atomicAdd(p.op.partial + index, acc[i][4 * jn + e]);
+            const int token = token0 + 8 * jn + 2 * c + e % 2;
+            if (token >= p.op.m) continue;
+            const int column = strip * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
+            const std::size_t index = static_cast<std::size_t>(token) * p.op.n + column;
+            if (whole) {
+              y[index] = float_to_value<T>(acc[i][4 * jn + e]);
+            } else {
+              atomicAdd(p.op.partial + index, acc[i][4 * jn + e]);
+            }
           }
         }
       }
     }
+    if (whole) return;
+    // The block that completes the tile's count converts it and leaves the workspace zero.
+    const int tile = column_tile * p.token_tiles + token_tile;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      // The counter adds up the k-stages of the tile's segments; the one that completes K fixes up.
+      const int before = atomicAdd(p.op.counters + tile, s1 - s0);
+      is_last = before + (s1 - s0) == p.k_stages;
+      if (is_last) p.op.counters[tile] = 0;
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    const int first_column = first_strip * kTileN;
+    const int columns = min(kBlockColumns, p.op.n - first_column);
+    const int rows = min(kTokens, p.op.m - token0);
+    const int quads = rows * (columns / 4);
+    for (int q = tid; q < quads; q += kThreads) {
+      const int row = q / (columns / 4);
+      const int c4 = q - row * (columns / 4);
+      const std::size_t index =
+          static_cast<std::size_t>(token0 + row) * p.op.n + first_column + c4 * 4;
+      take_partials<T>(p.op.partial, y, index);
+    }
+  };  // segment
+
+  // This block's units (tile-major (tile, k-stage) pairs, tile = column tile x token tiles +
+  // token tile): one split of one tile, or with stream-K an equal share of all of them.
+  long long u, u1;
+  if (p.stream_k == 0) {
+    int b = blockIdx.x;
+    const int token_tile = b % p.token_tiles;
+    b /= p.token_tiles;
+    const int split = b % p.splits;
+    const long long first =
+        static_cast<long long>((b / p.splits) * p.token_tiles + token_tile) * p.k_stages;
+    u = first + static_cast<long long>(split) * p.k_stages / p.splits;
+    u1 = first + static_cast<long long>(split + 1) * p.k_stages / p.splits;
+  } else {
+    const long long units = static_cast<long long>(p.tiles) * p.k_stages;
+    u = blockIdx.x * units / gridDim.x;
+    u1 = (blockIdx.x + 1) * units / gridDim.x;
   }
-  if (whole) return;
-  // The block that completes the tile's count converts it and leaves the workspace zero.
-  const int tile = column_tile * p.token_tiles + token_tile;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    const int before = atomicAdd(p.op.counters + tile, 1);
-    is_last = before == p.splits - 1;
-    if (is_last) p.op.counters[tile] = 0;
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  const int first_column = first_strip * kTileN;
-  const int columns = min(kBlockColumns, p.op.n - first_column);
-  const int rows = min(kTokens, p.op.m - token0);
-  const int quads = rows * (columns / 4);
-  for (int q = tid; q < quads; q += kThreads) {
-    const int row = q / (columns / 4);
-    const int c4 = q - row * (columns / 4);
-    const std::size_t index =
-        static_cast<std::size_t>(token0 + row) * p.op.n + first_column + c4 * 4;
-    take_partials<T>(p.op.partial, y, index);
+  while (u < u1) {
+    const int tile = static_cast<int>(u / p.k_stages);
+    const int s0 = static_cast<int>(u - static_cast<long long>(tile) * p.k_stages);
+    const int s1 = static_cast<int>(min(static_cast<long long>(p.k_stages), s0 + (u1 - u)));
+    __syncthreads();  // the previous segment's partial tile has been read out of shared memory
+    segment(tile % p.token_tiles, tile / p.token_tiles, s0, s1);
+    u += s1 - s0;
   }
 #endif  // GPUOPT_WGMMA_DEVICE
 }
@@ -800,40 +834,62 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
   if (const int forced = env_int("GPUOPT_W4A16_WGMMA_SPLITS", 0); forced > 0) {
     splits = std::min(forced, k_stages);
   }
+  // Stream-K: one wave of blocks, each an equal run of the tiles' k-stages laid end to end (so
+  // every SM gets the same weight bytes), where the k-splits leave more than a tenth of the wave
+  // idle, for 32- and 64-token tiles, and where each block gets at least 12 stages: measured on
+  // the H200 (2026-11-30 09:30-09:36 UTC, docs/PERFORMANCE.md) 8192x28672 M=32 67.6 vs 74.2 us
+  // (4 k-splits, 85 % fill), M=64 91.3 vs 98.2; at 97 % fill (28672x8192) a tie; with 128-token
+  // tiles slower (155.6 vs 116.6 us: each partial tile is 128 KB of fp32 atomics); 4096x14336
+  // M=32 (13.6 stages a block) 29.3 vs 33.1 us; on 4096x4096 (3.9 stages a block) slower than
+  // cuBLAS at M=32 (19.8 vs 17.2 us).
+  // GPUOPT_W4A16_WGMMA_STREAMK=0/1 forces it off/on.
+  const bool stream_k_fits =
+      kernel.tokens <= 64 && best < 0.9 && static_cast<long long>(tiles) * k_stages >= 12LL * slots;
+  const int forced_stream_k = env_int("GPUOPT_W4A16_WGMMA_STREAMK", -1);
+  const bool stream_k = forced_stream_k == 1 || (forced_stream_k != 0 && stream_k_fits &&
+                                                 env_int("GPUOPT_W4A16_WGMMA_SPLITS", 0) <= 0);
 
   KernelPlan plan;
   plan.variant = variant;
   plan.threads = threads;
   plan.blocks_per_sm = per_sm;
-  plan.splits = splits;
+  plan.splits = stream_k ? 0 : splits;  // 0: stream-K (as W4A16Config::splits says)
   plan.tiles = tiles;
-  plan.blocks = tiles * splits;
+  plan.blocks =
+      stream_k
+          ? static_cast<int>(std::min<long long>(slots, static_cast<long long>(tiles) * k_stages))
+          : tiles * splits;
   plan.shared_bytes = kernel.shared_bytes;
-  plan.workspace_bytes = splits > 1 ? split_workspace_bytes(m, w.n, tiles) : 0;
+  plan.workspace_bytes = stream_k || splits > 1 ? split_workspace_bytes(m, w.n, tiles) : 0;
   plan.describe = "wgmma v" + std::to_string(variant) + " 256x" + std::to_string(kernel.tokens) +
                   " " + std::to_string(threads) + "thr " + std::to_string(kernel.stages) +
                   "st grid" + std::to_string(plan.blocks) + " (" + std::to_string(per_sm) +
-                  "/SM) " + std::to_string(splits) + " k-splits";
+                  "/SM) " +
+                  (stream_k ? std::string("stream-K") : std::to_string(splits) + " k-splits");
   return plan;
 #endif
 }
 
 Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x, void* y,
                  void* workspace, StreamHandle stream) {
-  if (plan.variant < 0 || plan.variant >= kVariants || plan.splits < 1) {
+  const bool stream_k = plan.splits == 0;
+  if (plan.variant < 0 || plan.variant >= kVariants || plan.splits < 0) {
     return failed_precondition("W4A16 wgmma kernel: run without a plan from plan_wgmma");
   }
   const WgmmaVariant kernel = wgmma_variant_for(w.type, w.has_zeros, plan.variant);
-  if (plan.splits > 1 && workspace == nullptr) {
+  const bool fixup = stream_k || plan.splits > 1;
+  if (fixup && workspace == nullptr) {
     return failed_precondition("W4A16 wgmma kernel: no workspace");
   }
   WgmmaParams p{};
   // Without a k-split there is no fix-up: partials and counters stay null.
-  p.op = layer_operands(w, m, x, y, plan.splits > 1 ? workspace : nullptr);
+  p.op = layer_operands(w, m, x, y, fixup ? workspace : nullptr);
   p.k_tiles = w.k / kTileK;
   p.k_stages = w.k / kStageK;
-  p.splits = plan.splits;
+  p.splits = stream_k ? 1 : plan.splits;
+  p.stream_k = stream_k ? 1 : 0;
   p.token_tiles = (m + kernel.tokens - 1) / kernel.tokens;
+  p.tiles = column_tiles(w) * p.token_tiles;
   const unsigned group_tiles = static_cast<unsigned>(w.group_size / kTileK);
   if (p.k_tiles >= (1 << 16) || group_tiles >= (1u << 16)) {
     return failed_precondition("W4A16 wgmma kernel: K=" + std::to_string(w.k) +
@@ -846,7 +902,7 @@ Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, con
   // ceil(2^32 / d): floor(t * magic / 2^32) == t / d for t, d < 2^16.
   p.group_magic =
       p.group_shift >= 0 ? 0u : static_cast<std::uint32_t>(0xffffffffu / group_tiles + 1);
-  if (plan.blocks != column_tiles(w) * p.token_tiles * plan.splits) {
+  if (plan.tiles != p.tiles || (!stream_k && plan.blocks != p.tiles * plan.splits)) {
     return failed_precondition("W4A16 wgmma kernel: the plan was made for another M or layer");
   }
   kernel.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);

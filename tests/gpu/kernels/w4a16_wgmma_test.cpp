@@ -126,6 +126,22 @@ TEST(W4A16WgmmaGpuSplits, FastCopyForcedSplits) {
   }
 }
 
+// Stream-K (one wave, each block a run of (tile, k-stage) units): a tile's k-range is cut at
+// arbitrary stages, blocks cross tile and token-tile boundaries, and the last of a tile's segments
+// (by the stage count) fixes it up; short layers give one-stage segments.
+TEST(W4A16WgmmaGpuSplits, StreamKMatchesTwin) {
+  GPUOPT_REQUIRE_SM90();
+  ScopedEnv stream_k("GPUOPT_W4A16_WGMMA_STREAMK", 1);
+  for (int variant : {7, 8, 9}) {
+    ScopedEnv forced_variant("GPUOPT_W4A16_WGMMA_VARIANT", variant);
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    check_case({ActivationType::kFloat16, kFormats[2], 32, 100, 2112, 704, wgmma_options()}, 3);
+    check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 3072, 448, wgmma_options()}, 2);
+    check_case({ActivationType::kFloat16, kFormats[0], 128, 300, 1024, 4096, wgmma_options()}, 2);
+    check_case({ActivationType::kFloat16, kFormats[3], 64, 33, 1344, 320, wgmma_options()}, 2);
+  }
+}
+
 TEST(W4A16WgmmaGpuLarge, LargerLayer) {
   GPUOPT_REQUIRE_SM90();
   check_case({ActivationType::kFloat16, kFormats[1], 128, 256, 4096, 1280, wgmma_options()}, 2);
