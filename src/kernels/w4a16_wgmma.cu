@@ -837,7 +837,7 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
   // Stream-K: one wave of blocks, each an equal run of the tiles' k-stages laid end to end (so
   // every SM gets the same weight bytes), where the k-splits leave more than a tenth of the wave
   // idle, for 32- and 64-token tiles, and where each block gets at least 12 stages: measured on
-  // the H200 (2026-11-30 09:30-09:36 UTC, docs/PERFORMANCE.md) 8192x28672 M=32 67.6 vs 74.2 us
+  // the H200 (2026-11-30 09:21-09:30 UTC, docs/PERFORMANCE.md) 8192x28672 M=32 67.6 vs 74.2 us
   // (4 k-splits, 85 % fill), M=64 91.3 vs 98.2; at 97 % fill (28672x8192) a tie; with 128-token
   // tiles slower (155.6 vs 116.6 us: each partial tile is 128 KB of fp32 atomics); 4096x14336
   // M=32 (13.6 stages a block) 29.3 vs 33.1 us; on 4096x4096 (3.9 stages a block) slower than
