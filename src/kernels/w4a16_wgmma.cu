@@ -17,6 +17,7 @@
 #include "gpuopt/core/cuda_check.hpp"
 #include "w4a16_device.cuh"
 #include "w4a16_paths.hpp"
+#include "w4a16_wgmma_partition.hpp"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GPUOPT_WGMMA_DEVICE 1
@@ -644,30 +645,16 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     }
   };  // segment
 
-  // This block's units (tile-major (tile, k-stage) pairs, tile = column tile x token tiles +
-  // token tile): one split of one tile, or with stream-K an equal share of all of them.
-  long long u, u1;
-  if (p.stream_k == 0) {
-    int b = blockIdx.x;
-    const int token_tile = b % p.token_tiles;
-    b /= p.token_tiles;
-    const int split = b % p.splits;
-    const long long first =
-        static_cast<long long>((b / p.splits) * p.token_tiles + token_tile) * p.k_stages;
-    u = first + static_cast<long long>(split) * p.k_stages / p.splits;
-    u1 = first + static_cast<long long>(split + 1) * p.k_stages / p.splits;
-  } else {
-    const long long units = static_cast<long long>(p.tiles) * p.k_stages;
-    u = blockIdx.x * units / gridDim.x;
-    u1 = (blockIdx.x + 1) * units / gridDim.x;
-  }
-  while (u < u1) {
-    const int tile = static_cast<int>(u / p.k_stages);
-    const int s0 = static_cast<int>(u - static_cast<long long>(tile) * p.k_stages);
-    const int s1 = static_cast<int>(min(static_cast<long long>(p.k_stages), s0 + (u1 - u)));
+  // This block's units (w4a16_wgmma_partition.hpp): one split of one tile, or with stream-K an
+  // equal share of all of them, computed a segment (one tile's stages) at a time.
+  const WgmmaUnits units =
+      wgmma_block_units(static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), p.tiles,
+                        p.k_stages, p.splits, p.token_tiles, p.stream_k != 0);
+  for (long long u = units.begin; u < units.end;) {
+    const WgmmaSegment piece = wgmma_segment(u, units.end, p.k_stages);
     __syncthreads();  // the previous segment's partial tile has been read out of shared memory
-    segment(tile % p.token_tiles, tile / p.token_tiles, s0, s1);
-    u += s1 - s0;
+    segment(piece.tile % p.token_tiles, piece.tile / p.token_tiles, piece.s0, piece.s1);
+    u += piece.s1 - piece.s0;
   }
 #endif  // GPUOPT_WGMMA_DEVICE
 }
