@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <initializer_list>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpuopt/kernels/quant_formats.hpp"
@@ -136,6 +140,35 @@ inline void check_case(const Case& c, int runs = 1, const char* describe_has = n
     EXPECT_LT(relative, tolerance) << "run " << run << " config " << gemm.config().describe();
   }
 }
+
+// Sets environment variables for one scope and then restores them (the kernels' A/B switches,
+// read when a W4A16Gemm is planned). An empty value reads as unset.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, int value) : ScopedEnv({{name, std::to_string(value)}}) {}
+  ScopedEnv(std::initializer_list<std::pair<const char*, std::string>> values) {
+    for (const auto& [name, value] : values) {
+      const char* before = std::getenv(name);
+      saved_.emplace_back(name,
+                          before != nullptr ? std::optional<std::string>(before) : std::nullopt);
+      setenv(name, value.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->second) {
+        setenv(it->first, it->second->c_str(), 1);
+      } else {
+        unsetenv(it->first);
+      }
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
 
 }  // namespace gpuopt::kernels::w4a16_test
 #endif  // GPUOPT_CUDA

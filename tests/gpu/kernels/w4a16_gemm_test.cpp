@@ -21,7 +21,7 @@
 namespace gpuopt::kernels {
 namespace {
 
-using namespace w4a16_test;  // NOLINT: Format, Case, check_case
+using namespace w4a16_test;  // NOLINT: Format, Case, check_case, ScopedEnv
 
 // The int4 kernels chosen by M, with the cuBLAS takeover (W4A16Options::kAutoFallback) off so
 // that every M here tests them; the takeover has its own test below.
@@ -107,25 +107,6 @@ TEST(W4A16GemmGpuKernels, DirectKernelMatchesTwin) {
     }
   }
 }
-
-// Sets environment variables for one scope (the direct kernel's A/B switches).
-class ScopedEnv {
- public:
-  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> values) {
-    for (const auto& [name, value] : values) {
-      names_.push_back(name);
-      setenv(name, value, 1);
-    }
-  }
-  ~ScopedEnv() {
-    for (const char* name : names_) unsetenv(name);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::vector<const char*> names_;
-};
 
 // The direct kernel with x resident in shared memory (the default for M <= 16), whole and cut into
 // k-slices: the planner's choice; 3 slices of 5, 5 and 6 units on K = 1024, whose boundaries cut

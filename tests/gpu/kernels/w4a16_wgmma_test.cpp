@@ -20,7 +20,7 @@
 namespace gpuopt::kernels {
 namespace {
 
-using namespace w4a16_test;  // NOLINT: Format, Case, check_case
+using namespace w4a16_test;  // NOLINT: Format, Case, check_case, ScopedEnv
 
 #define GPUOPT_REQUIRE_SM90()                                                              \
   do {                                                                                     \
@@ -34,20 +34,6 @@ using namespace w4a16_test;  // NOLINT: Format, Case, check_case
     if (major_ != 9 || minor_ != 0)                                                        \
       GTEST_SKIP() << "wgmma kernel needs sm_90, not sm_" << major_ << minor_;             \
   } while (0)
-
-// Sets an environment variable for one scope (the planner reads the variant and split overrides).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, int value) : name_(name) {
-    setenv(name, std::to_string(value).c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 W4A16Options wgmma_options() {
   W4A16Options options;
