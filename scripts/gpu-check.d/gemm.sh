@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # W4A16 GEMM vs cuBLAS fp16 (gpuopt bench gemm --quick): JSON to $OUT/gemm.json, then one RESULT
-# line per shape with the speedup at M=1, 16, 64 and the minimum over M = 1..256; then the
+# line per shape with the speedup at M=1, 16, 64 and the minimum over M = 1..256 (and the plain
+# read of the weights at full occupancy and at the direct kernel's 16 warps per SM); then the
 # deterministic mode (W4A16Options::deterministic) at M = 1, 16 on one shape.
 set -uo pipefail
 out="${OUT:-.}"
@@ -26,7 +27,8 @@ for case in data.get("testcases", []):
     print(f"RESULT: {case['key']} x cuBLAS M1 {s.get(1, 0):.2f} M16 {s.get(16, 0):.2f} "
           f"M64 {s.get(64, 0):.2f} min {d['min_speedup_vs_cublas_fp16']:.2f} "
           f"(M1 {us.get(1, 0):.1f} us, {100 * of_read.get(1, 0):.0f}% of a plain read "
-          f"{d.get('stream_read_us', 0):.1f} us)"
+          f"{d.get('stream_read_us', 0):.1f} us, {d.get('stream_read_16_warps_us', 0):.1f} us "
+          f"at 16 warps/SM)"
           + ("" if met is None else f" targets {'met' if met else 'MISSED'}"))
 PY
 GPUOPT_GEMM_M=1,16 GPUOPT_GEMM_DETERMINISTIC=1 "$bin/gpuopt" bench gemm --quick --json \

@@ -243,6 +243,18 @@ class ShapeTestcase : public Testcase {
                                                     rotations, warmup, samples, stream));
     const double read_us = read.median;
     const double read_equivalent_us = read_us * static_cast<double>(compressed) / tile_bytes;
+    // The same read with 16 warps per SM, the direct kernel's occupancy: a kernel whose registers
+    // allow no more warps cannot stream the weights faster than this (H200: ~12 % slower than the
+    // full-occupancy read; docs/PERFORMANCE.md, seventh session).
+    constexpr int kDirectWarpsPerSm = 16;
+    GPUOPT_ASSIGN_OR_RETURN(const Summary read16, time_us(
+                                                      [&](int r) {
+                                                        return launch_stream_read(
+                                                            weights[0][r].tiles, tile_bytes,
+                                                            static_cast<unsigned*>(sink.pointer),
+                                                            stream, kDirectWarpsPerSm);
+                                                      },
+                                                      rotations, warmup, samples, stream));
 
     kernels::CublasGemm cublas;
     TestcaseResult result;
@@ -362,6 +374,8 @@ class ShapeTestcase : public Testcase {
     result.data["stream_read_us"] = read_us;
     result.data["stream_read_spread"] = read.relative_spread();
     result.data["stream_read_gbps"] = tile_bytes / (read_us * 1e-6) / 1e9;
+    result.data["stream_read_16_warps_us"] = read16.median;
+    result.data["stream_read_16_warps_spread"] = read16.relative_spread();
     result.data["rows"] = rows;
     result.data["min_speedup_vs_cublas_fp16"] = min_speedup;
     result.data["targeted"] = shape_.targeted;
@@ -378,8 +392,10 @@ class ShapeTestcase : public Testcase {
     }
     result.notes.push_back(fmt::format(
         "memory anchor: a plain streaming read of the {:.1f} MB of int4 tiles takes {:.1f} us "
-        "({:.0f} GB/s); 'of read' = that read's time scaled to the compressed bytes / gpuopt fp16",
-        tile_bytes / 1e6, read_us, tile_bytes / (read_us * 1e-6) / 1e9));
+        "({:.0f} GB/s), {:.1f} us with {} warps per SM (the direct kernel's occupancy); 'of read' "
+        "= the full read's time scaled to the compressed bytes / gpuopt fp16",
+        tile_bytes / 1e6, read_us, tile_bytes / (read_us * 1e-6) / 1e9, read16.median,
+        kDirectWarpsPerSm));
     result.notes.push_back(fmt::format(
         "GB/s counts the compressed bytes moved (int4 weights, fp16 scales, x, y); medians of {} "
         "launches; weights rotated over {} copies, cuBLAS over {}",

@@ -42,12 +42,14 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-Status launch_stream_read(const void* data, std::size_t bytes, unsigned* sink, void* stream) {
+Status launch_stream_read(const void* data, std::size_t bytes, unsigned* sink, void* stream,
+                          int warps_per_sm) {
   int device = 0, sms = 0, per_sm = 0;
   GPUOPT_CUDA_TRY(cudaGetDevice(&device));
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   GPUOPT_CUDA_TRY(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_stream_read, kThreads, 0));
+  if (warps_per_sm > 0) per_sm = std::clamp(warps_per_sm / (kThreads / 32), 1, per_sm);
   const int blocks = std::max(1, sms * per_sm);
   k_stream_read<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const uint4*>(data), bytes / 16, sink);
