@@ -243,9 +243,9 @@ class ShapeTestcase : public Testcase {
                                                     rotations, warmup, samples, stream));
     const double read_us = read.median;
     const double read_equivalent_us = read_us * static_cast<double>(compressed) / tile_bytes;
-    // The same read with 16 warps per SM, the direct kernel's occupancy: a kernel whose registers
-    // allow no more warps cannot stream the weights faster than this (H200: ~12 % slower than the
-    // full-occupancy read; docs/PERFORMANCE.md, seventh session).
+    // The same read with 16 warps per SM, the direct kernel's occupancy: what a kernel whose
+    // registers allow no more warps could read (H200, run 40: 32.0 against 30.1 us on 8192 x 28672;
+    // docs/PERFORMANCE.md).
     constexpr int kDirectWarpsPerSm = 16;
     GPUOPT_ASSIGN_OR_RETURN(const Summary read16, time_us(
                                                       [&](int r) {
