@@ -35,9 +35,13 @@ struct DirectParams {
   int region_bytes;     // shared memory per warp: weight ring + x ring (resident x: ring only)
   int x_bytes;          // resident x: M rows of the slice's k-range at the start of shared memory
   int x_pitch;          // resident x: halves per row (the longest slice's k + 8)
-  unsigned long long* timing;  // diagnostics (GPUOPT_W4A16_DIRECT_TIMING): per warp start, x
-                               // ready, end (%globaltimer), SM
+  unsigned long long* timing;  // diagnostics (GPUOPT_W4A16_DIRECT_TIMING): kTimingWords per warp
 };
+
+// Diagnostics (GPUOPT_W4A16_DIRECT_TIMING): per warp %globaltimer at its start, when x is in
+// shared memory, at its end, its SM, and at the end of its stream (before its last partial sums,
+// strip counts and fix-ups).
+constexpr int kTimingWords = 5;
 
 // Per-column constants of one quantization group for the 8 columns j = 0..7 a lane owns
 // (column 8j + lane/4 of the strip): the scales, and what the dequantisation subtracts.
@@ -180,7 +184,8 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
   const int first_strip = v_begin / slice_units;
   const int first_unit = v_begin - first_strip * slice_units;  // within the slice
   if (p.timing != nullptr && lane == 0) {
-    unsigned long long* t = p.timing + 4 * (static_cast<long long>(blockIdx.x) * kWarps + warp);
+    unsigned long long* t =
+        p.timing + kTimingWords * (static_cast<long long>(blockIdx.x) * kWarps + warp);
     t[0] = global_timer();
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
@@ -290,7 +295,8 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     copy_async_wait<kStages - 1>();  // this thread's x copies (the oldest group) have landed
     __syncthreads();                 // and every other thread's
     if (p.timing != nullptr && lane == 0) {
-      p.timing[4 * (static_cast<long long>(blockIdx.x) * kWarps + warp) + 1] = global_timer();
+      p.timing[kTimingWords * (static_cast<long long>(blockIdx.x) * kWarps + warp) + 1] =
+          global_timer();
     }
     if (count <= 0) return;
   }
@@ -560,11 +566,16 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
       if (left == 0) next_group();
     }
   }
+  if (p.timing != nullptr && lane == 0) {  // the stream's end: the last stage computed
+    p.timing[kTimingWords * (static_cast<long long>(blockIdx.x) * kWarps + warp) + 4] =
+        global_timer();
+  }
   if (left != p.op.group_tiles) flush_group();  // the range ended inside a group
   finish_strip(v_end - strip_first_unit);
   count_strips();
   if (p.timing != nullptr && lane == 0) {
-    p.timing[4 * (static_cast<long long>(blockIdx.x) * kWarps + warp) + 2] = global_timer();
+    p.timing[kTimingWords * (static_cast<long long>(blockIdx.x) * kWarps + warp) + 2] =
+        global_timer();
   }
 }
 
@@ -786,49 +797,54 @@ namespace {
 
 // GPUOPT_W4A16_DIRECT_TIMING=1 (diagnostics): every warp's start, x-ready and end (%globaltimer)
 // and SM of each run, summarised on stderr after the launch (synchronises the stream); with
-// GPUOPT_W4A16_DIRECT_TIMING_FILE also appended there as CSV (launch, warp, sm, start, ready, end
-// in ns from the first start). The buffer is allocated once and kept for the process.
+// GPUOPT_W4A16_DIRECT_TIMING_FILE also appended there as CSV (launch, warp, block, sm, start,
+// ready, end, stream end in ns from the first start). The buffer is allocated once and kept for the
+// process.
 Status report_warp_timing(const unsigned long long* device_timing, int warps, int warps_per_block,
                           StreamHandle stream) {
-  std::vector<unsigned long long> t(4 * static_cast<std::size_t>(warps));
+  std::vector<unsigned long long> t(kTimingWords * static_cast<std::size_t>(warps));
   GPUOPT_CUDA_TRY(cudaMemcpyAsync(t.data(), device_timing, t.size() * sizeof(t[0]),
                                   cudaMemcpyDeviceToHost, stream));
   GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
   unsigned long long first = ~0ull;
   for (int i = 0; i < warps; ++i) {
-    if (t[4 * i] != 0) first = std::min(first, t[4 * i]);
+    if (t[kTimingWords * i] != 0) first = std::min(first, t[kTimingWords * i]);
   }
   static int launch = 0;
   ++launch;
   const char* path = std::getenv("GPUOPT_W4A16_DIRECT_TIMING_FILE");
   std::FILE* file = path != nullptr ? std::fopen(path, "a") : nullptr;
-  std::vector<double> ready, ends;
+  std::vector<double> ready, ends, streams;
   for (int i = 0; i < warps; ++i) {
-    const unsigned long long* w = &t[4 * static_cast<std::size_t>(i)];
+    const unsigned long long* w = &t[kTimingWords * static_cast<std::size_t>(i)];
     if (w[0] == 0) continue;
     const double start_ns = static_cast<double>(w[0] - first);
     const double ready_ns = w[1] != 0 ? static_cast<double>(w[1] - first) : -1.0;
     const double end_ns = w[2] != 0 ? static_cast<double>(w[2] - first) : -1.0;
+    const double stream_ns = w[4] != 0 ? static_cast<double>(w[4] - first) : -1.0;
     if (file != nullptr) {
-      std::fprintf(file, "%d,%d,%d,%llu,%.0f,%.0f,%.0f\n", launch, i, i / warps_per_block, w[3],
-                   start_ns, ready_ns, end_ns);
+      std::fprintf(file, "%d,%d,%d,%llu,%.0f,%.0f,%.0f,%.0f\n", launch, i, i / warps_per_block,
+                   w[3], start_ns, ready_ns, end_ns, stream_ns);
     }
     if (w[2] == 0) continue;  // no units
     if (w[1] != 0) ready.push_back(ready_ns / 1000.0);
     ends.push_back(end_ns / 1000.0);
+    streams.push_back(stream_ns / 1000.0);
   }
   if (file != nullptr) std::fclose(file);
   if (ends.empty()) return ok_status();
   std::sort(ready.begin(), ready.end());
   std::sort(ends.begin(), ends.end());
+  std::sort(streams.begin(), streams.end());
   const auto at = [](const std::vector<double>& v, double q) {
     return v.empty() ? 0.0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
   };
   std::fprintf(stderr,
-               "direct timing: %zu warps, x ready us p50 %.2f max %.2f; end us min %.2f p10 %.2f "
-               "p50 %.2f p90 %.2f max %.2f\n",
-               ends.size(), at(ready, 0.5), at(ready, 1.0), ends.front(), at(ends, 0.1),
-               at(ends, 0.5), at(ends, 0.9), ends.back());
+               "direct timing: %zu warps, x ready us p50 %.2f max %.2f; stream end us p10 %.2f p50 "
+               "%.2f p90 %.2f max %.2f; end us min %.2f p10 %.2f p50 %.2f p90 %.2f max %.2f\n",
+               ends.size(), at(ready, 0.5), at(ready, 1.0), at(streams, 0.1), at(streams, 0.5),
+               at(streams, 0.9), streams.back(), ends.front(), at(ends, 0.1), at(ends, 0.5),
+               at(ends, 0.9), ends.back());
   return ok_status();
 }
 
@@ -855,10 +871,11 @@ Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, co
     if (timing_warps < warps) {
       if (timing != nullptr) GPUOPT_CUDA_TRY(cudaFree(timing));
       timing = nullptr;
-      GPUOPT_CUDA_TRY(cudaMalloc(&timing, 4 * sizeof(unsigned long long) * warps));
+      GPUOPT_CUDA_TRY(cudaMalloc(&timing, kTimingWords * sizeof(unsigned long long) * warps));
       timing_warps = warps;
     }
-    GPUOPT_CUDA_TRY(cudaMemsetAsync(timing, 0, 4 * sizeof(unsigned long long) * warps, stream));
+    GPUOPT_CUDA_TRY(
+        cudaMemsetAsync(timing, 0, kTimingWords * sizeof(unsigned long long) * warps, stream));
     p.timing = timing;
   }
   kernel.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);
