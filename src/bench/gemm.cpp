@@ -233,28 +233,22 @@ class ShapeTestcase : public Testcase {
     DeviceBuffer sink;
     GPUOPT_RETURN_IF_ERROR(sink.allocate(sizeof(unsigned)));
     const std::size_t tile_bytes = static_cast<std::size_t>(k) * n / 2;
-    GPUOPT_ASSIGN_OR_RETURN(const Summary read, time_us(
-                                                    [&](int r) {
-                                                      return launch_stream_read(
-                                                          weights[0][r].tiles, tile_bytes,
-                                                          static_cast<unsigned*>(sink.pointer),
-                                                          stream);
-                                                    },
-                                                    rotations, warmup, samples, stream));
+    // warps_per_sm 0: full occupancy (the anchor); 16: the direct kernel's occupancy, what a kernel
+    // whose registers allow no more warps could read (H200, run 40: 32.0 against 30.1 us on
+    // 8192 x 28672; docs/PERFORMANCE.md).
+    const auto time_read = [&](int warps_per_sm) {
+      return time_us(
+          [&](int r) {
+            return launch_stream_read(weights[0][r].tiles, tile_bytes,
+                                      static_cast<unsigned*>(sink.pointer), stream, warps_per_sm);
+          },
+          rotations, warmup, samples, stream);
+    };
+    constexpr int kDirectWarpsPerSm = 16;
+    GPUOPT_ASSIGN_OR_RETURN(const Summary read, time_read(0));
     const double read_us = read.median;
     const double read_equivalent_us = read_us * static_cast<double>(compressed) / tile_bytes;
-    // The same read with 16 warps per SM, the direct kernel's occupancy: what a kernel whose
-    // registers allow no more warps could read (H200, run 40: 32.0 against 30.1 us on 8192 x 28672;
-    // docs/PERFORMANCE.md).
-    constexpr int kDirectWarpsPerSm = 16;
-    GPUOPT_ASSIGN_OR_RETURN(const Summary read16, time_us(
-                                                      [&](int r) {
-                                                        return launch_stream_read(
-                                                            weights[0][r].tiles, tile_bytes,
-                                                            static_cast<unsigned*>(sink.pointer),
-                                                            stream, kDirectWarpsPerSm);
-                                                      },
-                                                      rotations, warmup, samples, stream));
+    GPUOPT_ASSIGN_OR_RETURN(const Summary read16, time_read(kDirectWarpsPerSm));
 
     kernels::CublasGemm cublas;
     TestcaseResult result;

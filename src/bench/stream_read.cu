@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint4 v = load_once(data + i);
     folded ^= v.x ^ v.y ^ v.z ^ v.w;
   }
-  if (folded == 0x9e3779b9u) *sink = folded;
+  if (folded == kStreamReadMarker) *sink = folded;
 }
 
 }  // namespace
@@ -49,7 +49,7 @@ Status launch_stream_read(const void* data, std::size_t bytes, unsigned* sink, v
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   GPUOPT_CUDA_TRY(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_stream_read, kThreads, 0));
-  if (warps_per_sm > 0) per_sm = std::clamp(warps_per_sm / (kThreads / 32), 1, per_sm);
+  if (warps_per_sm > 0) per_sm = std::clamp(warps_per_sm / (kThreads / 32), 1, std::max(1, per_sm));
   const int blocks = std::max(1, sms * per_sm);
   k_stream_read<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const uint4*>(data), bytes / 16, sink);

@@ -18,4 +18,8 @@ namespace gpuopt::bench {
 Status launch_stream_read(const void* data, std::size_t bytes, unsigned* sink, void* stream,
                           int warps_per_sm = 0);
 
+// The fold the read stores into *sink: a thread's XOR of every 32-bit value it loaded, stored only
+// when it equals this (tests plant it to check that a word was read).
+inline constexpr unsigned kStreamReadMarker = 0x9e3779b9u;
+
 }  // namespace gpuopt::bench

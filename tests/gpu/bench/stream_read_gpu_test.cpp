@@ -20,14 +20,13 @@ namespace {
 #if GPUOPT_CUDA
 TEST(StreamReadGpu, EveryWordIsReadAtAnyOccupancy) {
   GPUOPT_REQUIRE_GPU();
-  constexpr std::uint32_t kMarker = 0x9e3779b9u;  // the fold the kernel reports (stream_read.cu)
   // 4 MB + 3 words: a partial last round of the unrolled loop.
   const std::size_t words = (std::size_t{4} << 20) / 16 + 3;
   void* data = nullptr;
   unsigned* sink = nullptr;
   ASSERT_EQ(cudaMalloc(&data, words * 16), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&sink, sizeof(unsigned)), cudaSuccess);
-  const std::uint32_t marker[4] = {kMarker, 0, 0, 0};
+  const std::uint32_t marker[4] = {kStreamReadMarker, 0, 0, 0};
   for (const int warps_per_sm : {0, 16, 8}) {
     for (const std::size_t word : {std::size_t{0}, words / 2 + 1, words - 1}) {
       SCOPED_TRACE("warps per SM " + std::to_string(warps_per_sm) + ", word " +
@@ -41,7 +40,7 @@ TEST(StreamReadGpu, EveryWordIsReadAtAnyOccupancy) {
       ASSERT_TRUE(launched.ok()) << launched.to_string();
       unsigned seen = 0;
       ASSERT_EQ(cudaMemcpy(&seen, sink, sizeof(seen), cudaMemcpyDeviceToHost), cudaSuccess);
-      EXPECT_EQ(seen, kMarker) << "the word with the marker was not read";
+      EXPECT_EQ(seen, kStreamReadMarker) << "the word with the marker was not read";
     }
   }
   // No marker anywhere: nothing is stored (the fold of zeros is zero).
