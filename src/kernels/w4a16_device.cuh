@@ -161,6 +161,21 @@ __device__ __forceinline__ void store_four(T* y, const float4& v) {
   target[1] = float2_to_pair<T>(v.z, v.w);
 }
 
+// Four fp32 values added into the workspace at `partial` (16-byte aligned), fire-and-forget: one
+// 16-byte reduction on sm_90, four 4-byte ones before it.
+__device__ __forceinline__ void add_four(float* partial, const float4& v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(partial), "f"(v.x), "f"(v.y),
+               "f"(v.z), "f"(v.w)
+               : "memory");
+#else
+  atomicAdd(partial, v.x);
+  atomicAdd(partial + 1, v.y);
+  atomicAdd(partial + 2, v.z);
+  atomicAdd(partial + 3, v.w);
+#endif
+}
+
 // Split-K fix-up: the 4 fp32 partials at `index` (read from L2, where the atomics landed) as 4
 // outputs, the workspace left zero for the next run.
 template <typename T>

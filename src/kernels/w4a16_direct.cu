@@ -36,6 +36,9 @@ struct DirectParams {
   int x_bytes;          // resident x: M rows of the slice's k-range at the start of shared memory
   int x_pitch;          // resident x: halves per row (the longest slice's k + 8)
   unsigned long long* timing;  // diagnostics (GPUOPT_W4A16_DIRECT_TIMING): kTimingWords per warp
+  // Partial strips in the workspace: 1 = mma fragment layout (16-byte reductions over 512
+  // contiguous bytes per warp, all 8 * kN8 rows), 0 = row layout (4-byte reductions, rows < M).
+  int fragment_partials;
 };
 
 // Diagnostics (GPUOPT_W4A16_DIRECT_TIMING): per warp %globaltimer at its start, when x is in
@@ -386,27 +389,63 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
   // the fix-up here, each strip piece had cost a warp 1.3-3 us on the H200); the strips' counts
   // are taken once, at the warp's end (count_strips).
   T* y = static_cast<T*>(p.op.y);
-  auto finish_strip = [&](int units_done) {
-    const bool whole = units_done == p.units_per_strip;
-    // c0, c1: column 16i + g, rows (tokens) 8r + 2c, 2c+1; c2, c3: column 16i + 8 + g.
+  // f(index, r, i, e) for each of a lane's values of strip s (the mma D fragment: c0, c1 at
+  // column 16i + g, rows 8r + 2c, 2c + 1; c2, c3 at column 16i + 8 + g) in a row below M; index =
+  // row * N + column, in y and in the row-layout workspace.
+  auto each_value = [&](int s, auto&& f) {
 #pragma unroll
     for (int r = 0; r < kN8; ++r) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = 8 * r + 2 * (lane % 4) + e % 2;
+        if (row >= p.op.m) continue;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int col = strip * kTileN + 16 * i + 8 * (e / 2) + g;
-          const std::size_t index = static_cast<std::size_t>(row) * p.op.n + col;
-          if (row < p.op.m) {
-            if (whole) {
-              y[index] = float_to_value<T>(acc[r][i][e]);
-            } else {
-              atomicAdd(p.op.partial + index, acc[r][i][e]);
-            }
-          }
-          acc[r][i][e] = 0.0f;
+          const int col = s * kTileN + 16 * i + 8 * (e / 2) + g;
+          f(static_cast<std::size_t>(row) * p.op.n + col, r, i, e);
         }
+      }
+    }
+  };
+  auto store_fragment = [&](int s, const float(&sums)[kN8][4][4]) {
+    each_value(s, [&](std::size_t index, int r, int i, int e) {
+      y[index] = float_to_value<T>(sums[r][i][e]);
+    });
+  };
+  // Partial strips go to the workspace in the mma fragment layout: float4 q of lane L of strip s
+  // (acc[r][i][0..3] with q = 4r + i) at (s * 4 * kN8 + q) * 128 + 4L floats, so a warp adds a
+  // strip with 4 * kN8 reductions of 512 contiguous bytes (16-byte red.v4 on sm_90) instead of
+  // one 4-byte reduction per value; the fix-up reads them back the same way. Rows past M are added
+  // and cleared too, never stored.
+  auto fragment = [&](int s) {
+    return p.op.partial + static_cast<std::size_t>(s) * 4 * kN8 * 128 + 4 * lane;
+  };
+  auto finish_strip = [&](int units_done) {
+    if (units_done != p.units_per_strip) {
+      if (p.fragment_partials) {
+        float* const target = fragment(strip);
+#pragma unroll
+        for (int r = 0; r < kN8; ++r) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            add_four(target + (4 * r + i) * 128,
+                     make_float4(acc[r][i][0], acc[r][i][1], acc[r][i][2], acc[r][i][3]));
+          }
+        }
+      } else {  // row layout: one 4-byte reduction per value of a row below M
+        each_value(strip, [&](std::size_t index, int r, int i, int e) {
+          atomicAdd(p.op.partial + index, acc[r][i][e]);
+        });
+      }
+    } else {
+      store_fragment(strip, acc);
+    }
+#pragma unroll
+    for (int r = 0; r < kN8; ++r) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[r][i][e] = 0.0f;
       }
     }
   };
@@ -435,7 +474,30 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
       while (done != 0) {
         const int c = base + __ffs(done) - 1;
         done &= done - 1;
-        // M x 64 fp32 = M x 16 float4 per strip; lane q takes float4 q, q + 32, ...
+        if (p.fragment_partials) {
+          // The strip's sums in fragment layout: each lane takes back its own 4 * kN8 float4 (all
+          // loads before the stores), leaves them zero and stores its fragment.
+          float sums[kN8][4][4];
+          float* const source = fragment(c);
+#pragma unroll
+          for (int r = 0; r < kN8; ++r) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const float4 v = __ldcg(reinterpret_cast<const float4*>(source + (4 * r + i) * 128));
+              sums[r][i][0] = v.x;
+              sums[r][i][1] = v.y;
+              sums[r][i][2] = v.z;
+              sums[r][i][3] = v.w;
+            }
+          }
+#pragma unroll
+          for (int q = 0; q < 4 * kN8; ++q) {
+            __stcg(reinterpret_cast<float4*>(source + q * 128), make_float4(0.f, 0.f, 0.f, 0.f));
+          }
+          store_fragment(c, sums);
+          continue;
+        }
+        // Row layout: M x 64 fp32 = M x 16 float4 per strip; lane q takes float4 q, q + 32, ...
         constexpr int kPer = kN8 * 4;  // 8 rows x 16 / 32 lanes per n8 tile
         float4 v[kPer];
 #pragma unroll
@@ -586,6 +648,15 @@ constexpr int kDirectWarps = 4;
 // 16 rows: <= 168).
 constexpr int kResidentWarps8 = 16;
 constexpr int kResidentWarps16 = 12;
+
+// Partial strips in the fragment layout from M = 3: 16-byte reductions of whole 8-row fragments
+// measured faster there (H200, 2026-11-30: M=8 41.0 -> 39.2 us, M=16 47.2 -> 44.1 on 8192 x 28672;
+// docs/PERFORMANCE.md), the 4-byte row reductions of the M real rows at M = 1-2 (37.5 vs 36.8 us at
+// M = 1). GPUOPT_W4A16_DIRECT_FRAGMENT=0/1 forces one.
+bool direct_fragment_partials(int m) {
+  const int forced = env_int("GPUOPT_W4A16_DIRECT_FRAGMENT", -1);
+  return forced >= 0 ? forced != 0 : m > 2;
+}
 
 using DirectKernel = void (*)(DirectParams);
 
@@ -780,7 +851,9 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   plan.blocks_per_sm = per_sm;
   plan.tiles = strips;
   plan.shared_bytes = shared;
-  plan.workspace_bytes = split_workspace_bytes(m, w.n, strips);
+  // Partial strips: the fragment layout takes 8 or 16 rows per strip whatever M (the row layout
+  // M <= 8 * n8 rows).
+  plan.workspace_bytes = split_workspace_bytes(8 * kernel.n8, w.n, strips);
   const double units_per_warp = static_cast<double>(total_units) / (plan.blocks * kernel.warps);
   plan.describe = "direct w.x rows" + std::to_string(8 * kernel.n8) +
                   (kernel.resident ? " resident-x " + std::to_string(plan.splits) + "-slice "
@@ -789,7 +862,7 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
                   std::to_string(threads) + "thr grid" + std::to_string(plan.blocks) + " (" +
                   std::to_string(per_sm) + "/SM) " +
                   std::to_string(static_cast<int>(units_per_warp * kernel.unroll * kTileK)) +
-                  " k/warp";
+                  " k/warp" + (direct_fragment_partials(m) ? " frag-partials" : "");
   return plan;
 }
 
@@ -856,6 +929,10 @@ Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, co
   const DirectVariant kernel = direct_variant_for(w.type, w.has_zeros, plan.variant);
   DirectParams p{};
   p.op = layer_operands(w, m, x, y, workspace);
+  // The partials take 8 * n8 rows in either layout (plan_direct's workspace_bytes).
+  p.op.counters = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) +
+                                         partials_bytes(8 * kernel.n8, w.n));
+  p.fragment_partials = direct_fragment_partials(m) ? 1 : 0;
   p.groups = w.k / w.group_size;
   p.units_per_strip = w.k / (kTileK * kernel.unroll);
   p.slices = std::max(1, plan.splits);
