@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "bench/pcie_device.hpp"
 #include "bench/stream_read.hpp"
 #include "common/test_support.hpp"
 
@@ -22,10 +23,13 @@ TEST(StreamReadGpu, EveryWordIsReadAtAnyOccupancy) {
   GPUOPT_REQUIRE_GPU();
   // 4 MB + 3 words: a partial last round of the unrolled loop.
   const std::size_t words = (std::size_t{4} << 20) / 16 + 3;
-  void* data = nullptr;
-  unsigned* sink = nullptr;
-  ASSERT_EQ(cudaMalloc(&data, words * 16), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&sink, sizeof(unsigned)), cudaSuccess);
+  // Freed on every exit, a failed ASSERT included.
+  auto data_memory = pcie::detail::allocate_device(words * 16);
+  ASSERT_TRUE(data_memory.ok()) << data_memory.status().to_string();
+  auto sink_memory = pcie::detail::allocate_device(sizeof(unsigned));
+  ASSERT_TRUE(sink_memory.ok()) << sink_memory.status().to_string();
+  void* const data = data_memory->get();
+  unsigned* const sink = static_cast<unsigned*>(sink_memory->get());
   const std::uint32_t marker[4] = {kStreamReadMarker, 0, 0, 0};
   for (const int warps_per_sm : {0, 16, 8}) {
     for (const std::size_t word : {std::size_t{0}, words / 2 + 1, words - 1}) {
@@ -50,8 +54,6 @@ TEST(StreamReadGpu, EveryWordIsReadAtAnyOccupancy) {
   unsigned seen = 1;
   ASSERT_EQ(cudaMemcpy(&seen, sink, sizeof(seen), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(seen, 0u);
-  cudaFree(data);
-  cudaFree(sink);
 }
 #endif
 
