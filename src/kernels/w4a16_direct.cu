@@ -666,16 +666,16 @@ struct DirectVariant {
   bool resident, stage_groups;
 };
 
-template <typename T, bool kZeros, int kN8, bool kStageGroups, bool kResident>
+template <typename T, bool kZeros, int kN8, bool kStageGroups, bool kResident, int kUnroll = 4>
 DirectVariant make_direct_variant() {
   constexpr int kWarps = kResident ? (kN8 == 1 ? kResidentWarps8 : kResidentWarps16) : kDirectWarps;
   // Resident x, 8 rows: 3 stages (2 in flight per warp) measured 1-3 % faster than 4 at M = 1..8,
   // and 5, 6 or 8 stages (also with 12 or 8 warps) 1-10 % slower; 16 rows: 3 and 4 tie, 5 to 8
-  // slower (H200, 2026-11-30, docs/PERFORMANCE.md).
-  constexpr int kStages = kResident && kN8 == 1 ? 3 : 4;
-  return {&k_w4a16_direct<T, kN8, kWarps, 4, kStages, kZeros, kStageGroups, kResident>,
+  // slower; 16 rows with 8 k16 tiles per stage: 3 stages (H200, 2026-11-30, docs/PERFORMANCE.md).
+  constexpr int kStages = kResident && (kN8 == 1 || kUnroll == 8) ? 3 : 4;
+  return {&k_w4a16_direct<T, kN8, kWarps, kUnroll, kStages, kZeros, kStageGroups, kResident>,
           kN8,
-          /*unroll=*/4,
+          kUnroll,
           kStages,
           kWarps,
           kResident,
@@ -693,7 +693,12 @@ DirectVariant direct_variant(bool stage_groups, bool resident) {
 }
 
 template <typename T>
-DirectVariant direct_variant_of(bool zeros, bool sixteen, bool stage_groups, bool resident) {
+DirectVariant direct_variant_of(bool zeros, bool sixteen, bool stage_groups, bool resident,
+                                bool tiles8) {
+  if (tiles8) {  // 16 rows, resident x, whole-stage groups of 8 k16 tiles
+    return zeros ? make_direct_variant<T, true, 2, true, true, 8>()
+                 : make_direct_variant<T, false, 2, true, true, 8>();
+  }
   if (zeros) {
     return sixteen ? direct_variant<T, true, 2>(stage_groups, resident)
                    : direct_variant<T, true, 1>(stage_groups, resident);
@@ -703,14 +708,15 @@ DirectVariant direct_variant_of(bool zeros, bool sixteen, bool stage_groups, boo
 }
 
 // variant: bit 0 = 16 rows (else 8), bit 1 = per-stage group checks (else per tile), bit 2 =
-// resident x.
+// resident x, bit 3 = stages of 8 k16 tiles (with bits 0-2 only).
 DirectVariant direct_variant_for(ActivationType type, bool zeros, int variant) {
   const bool sixteen = (variant & 1) != 0;
   const bool stage_groups = (variant & 2) != 0;
   const bool resident = (variant & 4) != 0;
+  const bool tiles8 = (variant & 15) == 15;
   return type == ActivationType::kFloat16
-             ? direct_variant_of<__half>(zeros, sixteen, stage_groups, resident)
-             : direct_variant_of<__nv_bfloat16>(zeros, sixteen, stage_groups, resident);
+             ? direct_variant_of<__half>(zeros, sixteen, stage_groups, resident, tiles8)
+             : direct_variant_of<__nv_bfloat16>(zeros, sixteen, stage_groups, resident, tiles8);
 }
 
 // Shared memory of one warp: its weight ring (with whole-stage groups, each stage's scales and
@@ -803,6 +809,14 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   int variant = (m > 8 ? 1 : 0) | (stage_groups ? 2 : 0);
+  // 16 rows with resident x: stages of 8 k16 tiles on layers with K * N >= 2^27 where K and the
+  // groups allow (whole 128-k units, groups of a multiple of 8 tiles): 1-3 % faster than 4 tiles
+  // at M = 9-16 on the 70B shapes, 3 % slower at M = 12-16 on 4096 x 14336 (H200, 2026-11-30,
+  // docs/PERFORMANCE.md). GPUOPT_W4A16_DIRECT_TILES8=0 turns it off, 2 forces it where it applies.
+  const int tiles8_env = env_int("GPUOPT_W4A16_DIRECT_TILES8", 1);
+  const bool tiles8 =
+      m > 8 && w.k % (8 * kTileK) == 0 && (w.group_size / kTileK) % 8 == 0 &&
+      (tiles8_env == 2 || (tiles8_env == 1 && static_cast<long long>(w.k) * w.n >= (1LL << 27)));
   const int strips = w.n / kTileN;
   // Resident x (k-sliced where all of x does not fit) wherever one block's shared memory holds a
   // slice and the rings; GPUOPT_W4A16_DIRECT_RESIDENT=0 turns it off, GPUOPT_W4A16_DIRECT_SLICES=n
@@ -810,11 +824,12 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   // GPUOPT_W4A16_DIRECT_SLICE_BLOCKS=b at most b blocks per slice, for A/B runs and tests.
   Slicing slicing;
   if (env_int("GPUOPT_W4A16_DIRECT_RESIDENT", 1) != 0) {
-    const DirectVariant candidate = direct_variant_for(w.type, w.has_zeros, variant | 4);
+    const DirectVariant candidate =
+        direct_variant_for(w.type, w.has_zeros, variant | 4 | (tiles8 ? 8 : 0));
     slicing = choose_slicing(candidate, m, strips, w.k / (kTileK * candidate.unroll), sms, optin,
                              env_int("GPUOPT_W4A16_DIRECT_SLICES", 0),
                              env_int("GPUOPT_W4A16_DIRECT_SLICE_BLOCKS", 0));
-    if (slicing.slices > 0) variant |= 4;
+    if (slicing.slices > 0) variant |= 4 | (tiles8 ? 8 : 0);
   }
   const DirectVariant kernel = direct_variant_for(w.type, w.has_zeros, variant);
   const int units_per_strip = w.k / (kTileK * kernel.unroll);

@@ -112,7 +112,9 @@ TEST(W4A16GemmGpuKernels, DirectKernelMatchesTwin) {
 // k-slices: the planner's choice; 3 slices of 5, 5 and 6 units on K = 1024, whose boundaries cut
 // 128-groups and leave most warps without units; 2 slices with 1 block each, so warps take many
 // units and cross strips (K = 4096, N = 2048); one block of one slice, whose warps store whole
-// strips directly (K = 1024, N = 2048); and resident x off at M <= 2 through
+// strips directly (K = 1024, N = 2048); the first two again with the 16-row form's stages of 8
+// k16 tiles forced (GPUOPT_W4A16_DIRECT_TILES8=2; by default only on layers of K * N >= 2^27,
+// where K and the groups allow); and resident x off at M <= 2 through
 // GPUOPT_W4A16_DIRECT_RESIDENT=0. Group sizes that are and are not whole stages, per-channel,
 // zero-points, 8- and 16-row forms, each run twice (the workspace must be left clean).
 TEST(W4A16GemmGpuKernels, DirectKernelResidentXMatchesTwin) {
@@ -123,20 +125,21 @@ TEST(W4A16GemmGpuKernels, DirectKernelResidentXMatchesTwin) {
     const char* resident;
     const char* slices;
     const char* slice_blocks;
-    int k, n;  // 0: the shapes below
+    int k, n;            // 0: the shapes below
+    const char* tiles8;  // GPUOPT_W4A16_DIRECT_TILES8 ("": the default)
   };
-  const Setting settings[] = {{"1", "", "", 0, 0},
-                              {"1", "3", "", 1024, 512},
-                              {"1", "2", "1", 4096, 2048},
-                              {"1", "1", "1", 1024, 2048},
-                              {"0", "", "", 0, 0}};
+  const Setting settings[] = {{"1", "", "", 0, 0, ""},         {"1", "3", "", 1024, 512, ""},
+                              {"1", "2", "1", 4096, 2048, ""}, {"1", "1", "1", 1024, 2048, ""},
+                              {"1", "", "", 0, 0, "2"},        {"1", "3", "", 1024, 512, "2"},
+                              {"0", "", "", 0, 0, ""}};
   const int shapes[][2] = {{1024, 512}, {192, 64}, {4096, 256}, {2048, 1344}};
   for (const Setting& setting : settings) {
     ScopedEnv env({{"GPUOPT_W4A16_DIRECT_RESIDENT", setting.resident},
                    {"GPUOPT_W4A16_DIRECT_SLICES", setting.slices},
-                   {"GPUOPT_W4A16_DIRECT_SLICE_BLOCKS", setting.slice_blocks}});
+                   {"GPUOPT_W4A16_DIRECT_SLICE_BLOCKS", setting.slice_blocks},
+                   {"GPUOPT_W4A16_DIRECT_TILES8", setting.tiles8}});
     SCOPED_TRACE(std::string("resident ") + setting.resident + " slices '" + setting.slices +
-                 "' slice blocks '" + setting.slice_blocks + "'");
+                 "' slice blocks '" + setting.slice_blocks + "' tiles8 '" + setting.tiles8 + "'");
     const bool resident = *setting.resident == '1';
     const std::string slices =
         *setting.slices != '\0' ? std::string(setting.slices) + "-slice" : "";
@@ -163,7 +166,8 @@ TEST(W4A16GemmGpuKernels, DirectKernelResidentXMatchesTwin) {
 // A few cases of the direct kernel small enough for compute-sanitizer's racecheck (the tests above
 // take minutes under it): resident x cut into 3 slices with zero-points and ring scales (8 rows),
 // 2 slices of one block each whose warps cross strips (16 rows), one block storing whole strips,
-// and the x ring with per-tile groups (resident x off), each run twice.
+// and the x ring with per-tile groups (resident x off), each run twice; 16-row stages of 8 k16
+// tiles forced where they apply (the 2-slice case).
 TEST(W4A16GemmGpuSanitize, DirectKernelSmoke) {
   GPUOPT_REQUIRE_GPU();
   W4A16Options options;
@@ -185,7 +189,8 @@ TEST(W4A16GemmGpuSanitize, DirectKernelSmoke) {
   for (const Smoke& c : cases) {
     ScopedEnv env({{"GPUOPT_W4A16_DIRECT_RESIDENT", c.resident},
                    {"GPUOPT_W4A16_DIRECT_SLICES", c.slices},
-                   {"GPUOPT_W4A16_DIRECT_SLICE_BLOCKS", c.slice_blocks}});
+                   {"GPUOPT_W4A16_DIRECT_SLICE_BLOCKS", c.slice_blocks},
+                   {"GPUOPT_W4A16_DIRECT_TILES8", "2"}});
     check_case({ActivationType::kFloat16, c.format, c.group, c.m, c.k, c.n, options}, 2,
                c.describe);
   }
