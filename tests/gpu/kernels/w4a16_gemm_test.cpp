@@ -153,7 +153,12 @@ TEST(W4A16GemmGpuKernels, DirectKernelResidentXMatchesTwin) {
             const int n = setting.n > 0 ? setting.n : shapes[i % 4][1];
             ++i;
             if (group > 0 && k % group != 0) continue;
-            const std::string expect = resident ? "resident-x " + slices : "";
+            // Forced 8-tile stages apply at 16 rows, K a multiple of 128 and groups of 8 tiles
+            // (128 or per-channel): the plan must name them ("<slices>-slice 3x8tiles").
+            const bool tiles8 = *setting.tiles8 == '2' && m > 8 && k % (8 * 16) == 0 && group != 32;
+            const std::string expect =
+                tiles8 ? (slices.empty() ? std::string("-slice") : slices) + " 3x8tiles"
+                       : (resident ? "resident-x " + slices : "");
             check_case({type, format, group, m, k, n, options}, 2,
                        resident ? expect.c_str() : nullptr);
           }
