@@ -176,16 +176,6 @@ __device__ __forceinline__ void add_four(float* partial, const float4& v) {
 #endif
 }
 
-// Split-K fix-up: the 4 fp32 partials at `index` (read from L2, where the atomics landed) as 4
-// outputs, the workspace left zero for the next run.
-template <typename T>
-__device__ __forceinline__ void take_partials(float* partial, T* y, std::size_t index) {
-  float4* source = reinterpret_cast<float4*>(partial + index);
-  const float4 v = __ldcg(source);
-  __stcg(source, make_float4(0.f, 0.f, 0.f, 0.f));
-  store_four<T>(y + index, v);
-}
-
 // ---- Hopper bulk copies (cp.async.bulk + mbarrier): one lane per contiguous chunk ----
 
 // Used only by the sm_90 code below; unused (and so marked) when compiling for older archs.
