@@ -30,6 +30,9 @@ for case in data.get("testcases", []):
           f"{d.get('stream_read_us', 0):.1f} us, {d.get('stream_read_16_warps_us', 0):.1f} us "
           f"at 16 warps/SM)"
           + ("" if met is None else f" targets {'met' if met else 'MISSED'}"))
+    q = {r["m"]: r.get("speedup_sequence_vs_cublas_fp16", 0) for r in d["rows"]}
+    print(f"RESULT: {case['key']} back to back x cuBLAS M1 {q.get(1, 0):.2f} "
+          f"M16 {q.get(16, 0):.2f} M64 {q.get(64, 0):.2f}")
 PY
 GPUOPT_GEMM_M=1,16 GPUOPT_GEMM_DETERMINISTIC=1 "$bin/gpuopt" bench gemm --quick --json \
   --only k8192_n28672 >"$out/gemm_deterministic.json" 2>>"$out/gemm.stderr"

@@ -32,6 +32,8 @@ constexpr int kGroupSize = 128;
 // weights means each launch reads its weights from HBM.
 constexpr double kRotationBytes = 192e6;
 const std::vector<int> kBatchSizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+// Launches per sample of the back-to-back ("sequence") times.
+constexpr int kSequence = 10;
 
 // Sweeps on the GPU machine without new CLI flags: GPUOPT_GEMM_M="1,64" limits the batch sizes,
 // GPUOPT_GEMM_FORCE_PATH sets W4A16Options::force_path, GPUOPT_GEMM_DETERMINISTIC=1 sets
@@ -98,9 +100,12 @@ struct Events {
 
 // Microseconds of `samples` launches (after `warmup`, and at least one per rotation: each
 // rotation may own a cuBLAS handle whose first call picks its algorithm on the host), launch i
-// using rotation i % count.
+// using rotation i % count. With batch > 1 a sample is `batch` launches back to back between its
+// two events, divided by `batch`: the per-GEMM time of a sequence (as in a decode step), where
+// launch gaps overlap and a kernel with programmatic dependent launch starts while the previous
+// one finishes (nvbench's "batch" time; batch 1 is its "cold" time, without the cache flush).
 StatusOr<Summary> time_us(const std::function<Status(int)>& launch, int rotations, int warmup,
-                          int samples, cudaStream_t stream) {
+                          int samples, cudaStream_t stream, int batch = 1) {
   warmup = std::max(warmup, rotations);
   for (int i = 0; i < warmup; ++i) GPUOPT_RETURN_IF_ERROR(launch(i % rotations));
   GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
@@ -108,9 +113,10 @@ StatusOr<Summary> time_us(const std::function<Status(int)>& launch, int rotation
   events.events.resize(2 * samples, nullptr);
   for (auto& event : events.events) GPUOPT_CUDA_TRY(cudaEventCreate(&event));
   // Everything is queued before the first sync so launches run back to back.
+  int next = warmup;
   for (int i = 0; i < samples; ++i) {
     GPUOPT_CUDA_TRY(cudaEventRecord(events.events[2 * i], stream));
-    GPUOPT_RETURN_IF_ERROR(launch((warmup + i) % rotations));
+    for (int b = 0; b < batch; ++b) GPUOPT_RETURN_IF_ERROR(launch(next++ % rotations));
     GPUOPT_CUDA_TRY(cudaEventRecord(events.events[2 * i + 1], stream));
   }
   GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
@@ -118,7 +124,7 @@ StatusOr<Summary> time_us(const std::function<Status(int)>& launch, int rotation
   for (int i = 0; i < samples; ++i) {
     float ms = 0;
     GPUOPT_CUDA_TRY(cudaEventElapsedTime(&ms, events.events[2 * i], events.events[2 * i + 1]));
-    times[i] = ms * 1000.0;
+    times[i] = ms * 1000.0 / batch;
   }
   return summarize(times);
 }
@@ -263,6 +269,9 @@ class ShapeTestcase : public Testcase {
                             "of read",
                             "int4 kernel us",
                             "dequant+cuBLAS us",
+                            "seq us",
+                            "seq cuBLAS us",
+                            "seq speedup",
                             "config"};
     nlohmann::json rows = nlohmann::json::array();
     double min_speedup = 1e30;
@@ -276,8 +285,10 @@ class ShapeTestcase : public Testcase {
       std::string config;
       // One W4A16Gemm per weight copy, each with its own workspace (the cuBLAS path keeps its
       // dense copy there); the median of `samples` launches over the rotation.
-      auto time_gemm = [&](const kernels::W4A16Options& gemm_options_here,
-                           int t) -> StatusOr<std::pair<Summary, kernels::W4A16Config>> {
+      Summary gpuopt_sequence, cublas_sequence;  // fp16, back to back
+      auto time_gemm = [&](const kernels::W4A16Options& gemm_options_here, int t,
+                           Summary* sequence =
+                               nullptr) -> StatusOr<std::pair<Summary, kernels::W4A16Config>> {
         std::vector<std::unique_ptr<kernels::W4A16Gemm>> gemms;
         std::vector<DeviceBuffer> workspaces(rotations);
         for (int r = 0; r < rotations; ++r) {
@@ -291,12 +302,17 @@ class ShapeTestcase : public Testcase {
         GPUOPT_ASSIGN_OR_RETURN(const Summary ours,
                                 time_us([&](int r) { return gemms[r]->run(stream); }, rotations,
                                         warmup, samples, stream));
+        if (t == 0 && sequence != nullptr) {
+          GPUOPT_ASSIGN_OR_RETURN(
+              *sequence, time_us([&](int r) { return gemms[r]->run(stream); }, rotations, warmup,
+                                 samples, stream, kSequence));
+        }
         return std::pair{ours, gemms[0]->config()};
       };
       bool default_is_cublas = false;
       for (int t = 0; t < 2; ++t) {
         const ActivationType type = t == 0 ? ActivationType::kFloat16 : ActivationType::kBFloat16;
-        GPUOPT_ASSIGN_OR_RETURN(const auto ours, time_gemm(gemm_options, t));
+        GPUOPT_ASSIGN_OR_RETURN(const auto ours, time_gemm(gemm_options, t, &gpuopt_sequence));
         if (t == 0) {
           config = ours.second.describe();
           default_is_cublas = ours.second.path == kernels::W4A16Path::kDequantCublas;
@@ -311,7 +327,16 @@ class ShapeTestcase : public Testcase {
                                     },
                                     dense_rotations, warmup, samples, stream));
         cublas_us[t] = theirs.median;
-        if (t == 0) cublas_spread = theirs.relative_spread();
+        if (t == 0) {
+          cublas_spread = theirs.relative_spread();
+          GPUOPT_ASSIGN_OR_RETURN(cublas_sequence,
+                                  time_us(
+                                      [&](int r) {
+                                        return cublas.run(type, m, n, k, x.pointer,
+                                                          dense[r].pointer, y.pointer, stream);
+                                      },
+                                      dense_rotations, warmup, samples, stream, kSequence));
+        }
       }
       // The path not taken, fp16, from M = 16 (where the two come close): the int4 kernel when
       // the default handed over to cuBLAS, else the dequantise + cuBLAS path.
@@ -339,6 +364,13 @@ class ShapeTestcase : public Testcase {
       row["gpuopt_fp16_spread"] = gpuopt_spread;
       row["cublas_fp16_spread"] = cublas_spread;
       row["cublas_bf16_us"] = cublas_us[1];
+      // Back to back (kSequence launches per sample), fp16.
+      const double speedup_sequence = cublas_sequence.median / gpuopt_sequence.median;
+      row["gpuopt_fp16_sequence_us"] = gpuopt_sequence.median;
+      row["gpuopt_fp16_sequence_spread"] = gpuopt_sequence.relative_spread();
+      row["cublas_fp16_sequence_us"] = cublas_sequence.median;
+      row["cublas_fp16_sequence_spread"] = cublas_sequence.relative_spread();
+      row["speedup_sequence_vs_cublas_fp16"] = speedup_sequence;
       row["speedup_vs_cublas_fp16"] = speedup;
       row["speedup_bf16_vs_cublas_bf16"] = speedup_bf16;
       row["bandwidth_gbps"] = bandwidth_gbps;
@@ -355,7 +387,10 @@ class ShapeTestcase : public Testcase {
            fmt::format("{:.2f}x", speedup_bf16), fmt::format("{:.0f}", bandwidth_gbps),
            fmt::format("{:.0f}%", 100.0 * read_equivalent_us / gpuopt_us[0]),
            kernel_us ? fmt::format("{:.1f}", *kernel_us) : "-",
-           fallback_us ? fmt::format("{:.1f}", *fallback_us) : "-", config});
+           fallback_us ? fmt::format("{:.1f}", *fallback_us) : "-",
+           fmt::format("{:.1f}", gpuopt_sequence.median),
+           fmt::format("{:.1f}", cublas_sequence.median), fmt::format("{:.2f}x", speedup_sequence),
+           config});
     }
     context.progress(1.0);
     result.data["k"] = k;
@@ -392,8 +427,9 @@ class ShapeTestcase : public Testcase {
         kDirectWarpsPerSm));
     result.notes.push_back(fmt::format(
         "GB/s counts the compressed bytes moved (int4 weights, fp16 scales, x, y); medians of {} "
-        "launches; weights rotated over {} copies, cuBLAS over {}",
-        samples, rotations, dense_rotations));
+        "launches; weights rotated over {} copies, cuBLAS over {}; 'seq' = fp16 per GEMM of {} "
+        "launches back to back between two events (medians of {} such sequences)",
+        samples, rotations, dense_rotations, kSequence, samples));
     return result;
   }
 
