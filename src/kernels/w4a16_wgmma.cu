@@ -392,27 +392,44 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     const int z_kk = tid / 16;
     const int z_strip = first_strip + (tid / 4) % kBlockStrips;
 
+    // Running sources: stages are loaded in order (s0, s0 + 1, ...), so each copy's source is set
+    // once per segment and stepped by a stage; a copy with no data (rows past M, the last column
+    // tile of N % 256 != 0) reads 0 bytes from the layer's base and does not step. (Computing each
+    // address from the stage index took ~60 instructions a stage at M=64, a fifth of the loop.)
+    const T* x_next[kXCopies];
+    int x_step[kXCopies];
+#pragma unroll
+    for (int j = 0; j < kXCopies; ++j) {
+      const bool valid = j * (kThreads / 8) < x_rows_left;  // rows past M are zero
+      x_next[j] =
+          valid ? x_src + static_cast<std::size_t>(j) * (kThreads / 8) * p.op.k + s0 * kStageK : x;
+      x_step[j] = valid ? kStageK : 0;
+    }
+    const uint4* w_next[kWeightCopies];
+    int w_step[kWeightCopies];
+#pragma unroll
+    for (int j = 0; j < kWeightCopies; ++j) {
+      const bool valid = j * (kThreads / 128) < w_strips_left;
+      w_next[j] = valid ? w_src + static_cast<std::size_t>(j) * (kThreads / 128) * p.k_tiles * 32 +
+                              s0 * kStageTiles * 32
+                        : p.op.tiles;
+      w_step[j] = valid ? kStageTiles * 32 : 0;
+    }
+
     auto load_stage_fast = [&](int slot, int stage) {
       const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
-      const int k0 = stage * kStageK;
       const int t0 = stage * kStageTiles;
 #pragma unroll
       for (int j = 0; j < kXCopies; ++j) {
-        const bool valid = j * (kThreads / 8) < x_rows_left;  // rows past M are zero
-        copy_async_16(
-            slot_address + Layout::kX + x_dst + j * kThreads * 16,
-            valid ? x_src + static_cast<std::size_t>(j) * (kThreads / 8) * p.op.k + k0 : x,
-            valid ? 16 : 0);
+        copy_async_16(slot_address + Layout::kX + x_dst + j * kThreads * 16, x_next[j],
+                      x_step[j] != 0 ? 16 : 0);
+        x_next[j] += x_step[j];
       }
 #pragma unroll
       for (int j = 0; j < kWeightCopies; ++j) {
-        const bool valid = j * (kThreads / 128) < w_strips_left;  // the last tile of N % 256 != 0
-        copy_async_16_hint(
-            slot_address + Layout::kWeights + (tid + j * kThreads) * 16,
-            valid
-                ? w_src + static_cast<std::size_t>(j) * (kThreads / 128) * p.k_tiles * 32 + t0 * 32
-                : p.op.tiles,
-            valid ? 16 : 0, policy);
+        copy_async_16_hint(slot_address + Layout::kWeights + (tid + j * kThreads) * 16, w_next[j],
+                           w_step[j] != 0 ? 16 : 0, policy);
+        w_next[j] += w_step[j];
       }
       if (tid < kStageTiles * kBlockStrips * 8) {
         const int t = t0 + sc_kk;
@@ -486,7 +503,10 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
         copy_async_commit();
       }
       const unsigned char* stage_memory = base + slot * Layout::kBytes;
-      const std::uint32_t x_address = base_address + slot * Layout::kBytes + Layout::kX;
+      // The x tile's descriptor for this slot; k16 tile kk starts 32 bytes (2 in the descriptor's
+      // 16-byte units) further along the swizzled 128-byte rows.
+      const std::uint64_t slot_descriptor =
+          descriptor_base | ((base_address + slot * Layout::kBytes + Layout::kX) >> 4);
       // kFastCopy: the stage's weight words read up front, so one shared-memory latency per stage
       // (not one per k16 tile between a wgmma wait and the next decode).
       std::uint32_t stage_words[kFastCopy ? kStageTiles : 1][kS];
@@ -539,7 +559,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
 #pragma unroll
         for (int i = 0; i < kS; ++i) dequantize_scaled<T, kS>(words[i], constants, i, a[kk % 2][i]);
         wgmma_fence();
-        const std::uint64_t descriptor = descriptor_base | ((x_address + kk * 32) >> 4);
+        const std::uint64_t descriptor = slot_descriptor + 2 * kk;
 #pragma unroll
         for (int i = 0; i < kS; ++i) wgmma_rs<T, kTokens>(acc[i], a[kk % 2][i], descriptor);
         wgmma_commit();
