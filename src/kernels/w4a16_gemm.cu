@@ -1066,9 +1066,12 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
   // tokens), so it loses from the first M of the tile where cuBLAS wins:
   // - K x N >= 2^27 (8192 x 28672, 28672 x 8192): faster up to M = 128 (1.05-1.11x), 0.78x at 256
   //   -> cuBLAS from M = 129;
-  // - smaller layers: 4096 x 14336 1.06x at M = 32, 0.96x at 33 -> from 33; 4096 x 4096 ties
-  //   cuBLAS at M = 17..32 (int4 15.8-16.4 us vs cuBLAS 15.6-17.4 over five runs) and loses from
-  //   33 -> from 33 too.
+  // - 2^25 <= K x N < 2^27, after the wgmma fix-up and copy changes (2026-11-30 13:49 UTC, two
+  //   runs with the int4 kernel forced): 4096 x 14336 1.02-1.04x at M = 48, 1.00-1.04x at 49,
+  //   0.95-0.96x at 56 -> from 49; with K >= N (14336 x 4096, 8192 x 8192) 1.10-1.14x at every M
+  //   up to 64 -> from 65 (the 128-token tiles above were not measured there);
+  // - smaller layers: 4096 x 4096 ties cuBLAS at M = 17..32 (int4 15.8-16.4 us vs cuBLAS
+  //   15.6-17.4 over five runs) and loses from 33 (0.91x) -> from 33.
   // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel, slower
   // than cuBLAS from M = 32 on the H200 (first session) -> from 17.
   const StatusOr<w4a16_detail::KernelPlan> wgmma = w4a16_detail::plan_wgmma(weights, 32, device);
@@ -1076,7 +1079,10 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
     if (wgmma.status().code() != StatusCode::kFailedPrecondition) return wgmma.status();
     return 17;
   }
-  return static_cast<long long>(weights.k) * weights.n >= (1ll << 27) ? 129 : 33;
+  const long long size = static_cast<long long>(weights.k) * weights.n;
+  if (size >= (1ll << 27)) return 129;
+  if (size >= (1ll << 25)) return weights.k >= weights.n ? 65 : 49;
+  return 33;
 }
 
 StatusOr<std::size_t> W4A16Gemm::workspace_size(const Arguments& arguments) {

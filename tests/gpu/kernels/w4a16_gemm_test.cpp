@@ -216,7 +216,8 @@ TEST(W4A16GemmGpuFallback, DequantiseAndCublasMatchesTwin) {
 // deterministic mode never takes it; an explicit 0 turns it off.
 TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
   GPUOPT_REQUIRE_GPU();
-  for (const auto& shape : {std::pair{1024, 512}, std::pair{8192, 16384}}) {
+  for (const auto& shape : {std::pair{1024, 512}, std::pair{4096, 8192}, std::pair{8192, 4096},
+                            std::pair{8192, 16384}}) {
     const int k = shape.first, n = shape.second;
     const UnpackedLayer layer = random_unpacked_layer(k, n, 128, false, false, 42);
     auto host = repack_for_kernel(layer, ActivationType::kFloat16);
@@ -227,14 +228,19 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     ASSERT_TRUE(weights.ok()) << weights.status().to_string();
     const StatusOr<int> from = W4A16Gemm::auto_fallback_min_m(*weights, 0);
     ASSERT_TRUE(from.ok()) << from.status().to_string();
-    // 1024 x 512 hands over at 33, K x N >= 2^27 at 129; 17 where the wgmma kernel cannot run
-    // (told apart by forcing it: force_path 5 fails to plan there).
+    // 1024 x 512 hands over at 33, 2^25 <= K x N < 2^27 at 49 (K < N) or 65 (K >= N), K x N >=
+    // 2^27 at 129; 17 where the wgmma kernel cannot run (told apart by forcing it: force_path 5
+    // fails to plan there).
     W4A16Options wgmma_only;
     wgmma_only.force_path = 5;
     W4A16Gemm probe(wgmma_only);
     void* probe_io = device.allocate(static_cast<std::size_t>(32) * (k + n) * 2);
     const bool has_wgmma = probe.workspace_size({32, probe_io, probe_io, &*weights}).ok();
-    EXPECT_EQ(*from, !has_wgmma ? 17 : k * n >= (1 << 27) ? 129 : 33) << k << "x" << n;
+    EXPECT_EQ(*from, !has_wgmma           ? 17
+                     : k * n >= (1 << 27) ? 129
+                     : k * n >= (1 << 25) ? (k >= n ? 65 : 49)
+                                          : 33)
+        << k << "x" << n;
     void* dx = device.allocate(static_cast<std::size_t>(*from) * k * 2);
     void* dy = device.allocate(static_cast<std::size_t>(*from) * n * 2);
     const std::size_t dense = static_cast<std::size_t>(n) * k * 2;
