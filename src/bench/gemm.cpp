@@ -102,8 +102,8 @@ struct Events {
 // rotation may own a cuBLAS handle whose first call picks its algorithm on the host), launch i
 // using rotation i % count. With batch > 1 a sample is `batch` launches back to back between its
 // two events, divided by `batch`: the per-GEMM time of a sequence (as in a decode step), where
-// launch gaps overlap and a kernel with programmatic dependent launch starts while the previous
-// one finishes (nvbench's "batch" time; batch 1 is its "cold" time, without the cache flush).
+// launch gaps overlap (nvbench's "batch" time; batch 1 is its "cold" time, without the cache
+// flush).
 StatusOr<Summary> time_us(const std::function<Status(int)>& launch, int rotations, int warmup,
                           int samples, cudaStream_t stream, int batch = 1) {
   warmup = std::max(warmup, rotations);
