@@ -1084,8 +1084,8 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
   // - 2^25 <= K x N < 2^27, after the wgmma fix-up and copy changes (2026-11-30 13:49 and 14:10
   //   UTC, the int4 kernel forced): with K < N, 3584 x 18944 (Qwen2-7B) 1.08x at M = 33, 1.01x
   //   at 40, 0.96x at 48, and 4096 x 14336 1.13-1.14x at 40, 1.02-1.04x at 48, 0.95-0.96x at 56
-  //   -> from 40; with K >= N (14336 x 4096, 8192 x 8192, 18944 x 3584) 1.05-1.17x at every M up
-  //   to 64, 18944 x 3584 0.93x at 65 (128-token tiles) -> from 65;
+  //   -> from 40; with K >= N (14336 x 4096, 8192 x 8192, 18944 x 3584) at least 1.05x at every
+  //   M up to 64, 18944 x 3584 0.93x at 65 (128-token tiles) -> from 65;
   // - smaller layers: 4096 x 4096 ties cuBLAS at M = 17..32 (int4 15.8-16.4 us vs cuBLAS
   //   15.6-17.4 over five runs) and loses from 33 (0.91x) -> from 33.
   // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel, slower
