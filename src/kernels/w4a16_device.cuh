@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -174,6 +175,47 @@ __device__ __forceinline__ void add_four(float* partial, const float4& v) {
   atomicAdd(partial + 2, v.z);
   atomicAdd(partial + 3, v.w);
 #endif
+}
+
+// The fix-up of one split-K output tile, by the block that completed its count: quads
+// [0, quads) of 4 outputs, quad q at offset index_of(q) of the workspace and of y. Each quad adds
+// `slices` fp32 slices `slice_stride` floats apart in slice order (1 for the atomics' single
+// slice), is stored to y, and with `clear` its slice 0 is zeroed for the next run. A thread issues
+// the loads of kBatch quads before their stores, one L2 round trip per batch (one quad at a time,
+// the wgmma kernel's fix-up was 13 % of its M=64 stall samples); past the end a batch repeats the
+// last quad's loads (valid addresses, values not stored) instead of branching around them.
+template <typename T, int kThreads, int kBatch, typename IndexOf>
+__device__ __forceinline__ void fix_up_tile(int thread, int quads, const IndexOf& index_of,
+                                            float* partial, std::size_t slice_stride, int slices,
+                                            bool clear, T* y) {
+  for (int q0 = thread; q0 < quads; q0 += kBatch * kThreads) {
+    std::size_t index[kBatch];
+    float4 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      index[j] = index_of(min(q0 + j * kThreads, quads - 1));
+      v[j] = __ldcg(reinterpret_cast<const float4*>(partial + index[j]));
+    }
+    for (int s = 1; s < slices; ++s) {
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const float4 add =
+            __ldcg(reinterpret_cast<const float4*>(partial + index[j] + s * slice_stride));
+        v[j].x += add.x;
+        v[j].y += add.y;
+        v[j].z += add.z;
+        v[j].w += add.w;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (q0 + j * kThreads >= quads) break;
+      if (clear) {
+        __stcg(reinterpret_cast<float4*>(partial + index[j]), make_float4(0.f, 0.f, 0.f, 0.f));
+      }
+      store_four<T>(y + index[j], v[j]);
+    }
+  }
 }
 
 // ---- Hopper bulk copies (cp.async.bulk + mbarrier): one lane per contiguous chunk ----

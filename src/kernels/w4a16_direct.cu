@@ -653,6 +653,7 @@ constexpr int kResidentWarps16 = 12;
 // measured faster there (H200, 2026-11-30: M=8 41.0 -> 39.2 us, M=16 47.2 -> 44.1 on 8192 x 28672;
 // docs/PERFORMANCE.md), the 4-byte row reductions of the M real rows at M = 1-2 (37.5 vs 36.8 us at
 // M = 1). GPUOPT_W4A16_DIRECT_FRAGMENT=0/1 forces one.
+constexpr int kDirectFragmentPartials = 1;  // KernelPlan::flags bit
 bool direct_fragment_partials(int m) {
   const int forced = env_int("GPUOPT_W4A16_DIRECT_FRAGMENT", -1);
   return forced >= 0 ? forced != 0 : m > 2;
@@ -866,6 +867,7 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
   plan.blocks_per_sm = per_sm;
   plan.tiles = strips;
   plan.shared_bytes = shared;
+  plan.flags = direct_fragment_partials(m) ? kDirectFragmentPartials : 0;
   // Partial strips: the fragment layout takes 8 or 16 rows per strip whatever M (the row layout
   // M <= 8 * n8 rows).
   plan.workspace_bytes = split_workspace_bytes(8 * kernel.n8, w.n, strips);
@@ -877,7 +879,7 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device)
                   std::to_string(threads) + "thr grid" + std::to_string(plan.blocks) + " (" +
                   std::to_string(per_sm) + "/SM) " +
                   std::to_string(static_cast<int>(units_per_warp * kernel.unroll * kTileK)) +
-                  " k/warp" + (direct_fragment_partials(m) ? " frag-partials" : "");
+                  " k/warp" + (plan.flags & kDirectFragmentPartials ? " frag-partials" : "");
   return plan;
 }
 
@@ -947,7 +949,7 @@ Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, co
   // The partials take 8 * n8 rows in either layout (plan_direct's workspace_bytes).
   p.op.counters = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) +
                                          partials_bytes(8 * kernel.n8, w.n));
-  p.fragment_partials = direct_fragment_partials(m) ? 1 : 0;
+  p.fragment_partials = (plan.flags & kDirectFragmentPartials) != 0 ? 1 : 0;
   p.groups = w.k / w.group_size;
   p.units_per_strip = w.k / (kTileK * kernel.unroll);
   p.slices = std::max(1, plan.splits);

@@ -533,47 +533,16 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
         __threadfence();
         const int rows = min(G::kRows, params.m - m_block * G::kRows);
         const int quads = rows * (G::kBlockN / 4);
-        // A thread's loads of kBatch quads first, then their stores: one L2 round trip per batch
-        // (one quad at a time, the same fix-up in the wgmma kernel was 13 % of its M=64 stall
-        // samples). Deterministic: each quad still adds its split slices in split order.
-        constexpr int kBatch = 4;
-        const std::size_t slice = static_cast<std::size_t>(params.m) * params.n;
-        for (int q0 = thread; q0 < quads; q0 += kBatch * G::kThreads) {
-          std::size_t index[kBatch];
-          float4 v[kBatch];
-#pragma unroll
-          for (int j = 0; j < kBatch; ++j) {
-            const int q = min(q0 + j * G::kThreads, quads - 1);  // past the end: a repeat, unused
-            const int r = q / (G::kBlockN / 4);
-            const int c4 = q - r * (G::kBlockN / 4);
-            index[j] = static_cast<std::size_t>(m_block * G::kRows + r) * params.n +
-                       n_block * G::kBlockN + c4 * 4;
-            v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-          }
-          const int splits = params.splits > 0 ? params.splits : 1;
-          for (int s = 0; s < splits; ++s) {
-#pragma unroll
-            for (int j = 0; j < kBatch; ++j) {
-              const float4 p =
-                  __ldcg(reinterpret_cast<const float4*>(params.partial + index[j] + s * slice));
-              v[j].x += p.x;
-              v[j].y += p.y;
-              v[j].z += p.z;
-              v[j].w += p.w;
-            }
-          }
-#pragma unroll
-          for (int j = 0; j < kBatch; ++j) {
-            if (q0 + j * G::kThreads >= quads) break;
-            if (params.splits == 0) {
-              __stcg(reinterpret_cast<float4*>(params.partial + index[j]),
-                     make_float4(0.f, 0.f, 0.f, 0.f));
-            }
-            Pair* target = reinterpret_cast<Pair*>(y + index[j]);
-            target[0] = float2_to_pair<T>(v[j].x, v[j].y);
-            target[1] = float2_to_pair<T>(v[j].z, v[j].w);
-          }
-        }
+        // Deterministic (splits > 0): each quad adds its split slices in split order.
+        auto index_of = [&](int q) {
+          const int r = q / (G::kBlockN / 4);
+          const int c4 = q - r * (G::kBlockN / 4);
+          return static_cast<std::size_t>(m_block * G::kRows + r) * params.n +
+                 n_block * G::kBlockN + c4 * 4;
+        };
+        fix_up_tile<T, G::kThreads, 4>(
+            thread, quads, index_of, params.partial, static_cast<std::size_t>(params.m) * params.n,
+            params.splits > 0 ? params.splits : 1, params.splits == 0, y);
       }
     }
   };
@@ -907,14 +876,7 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
     if (!kernel_plan.ok() && options.force_path == extra) return kernel_plan.status();
     if (kernel_plan.ok()) {
       config.kernel = extra == 4 ? W4A16Kernel::kDirect : W4A16Kernel::kWgmma;
-      config.variant = kernel_plan->variant;
-      config.blocks = kernel_plan->blocks;
-      config.threads = kernel_plan->threads;
-      config.blocks_per_sm = kernel_plan->blocks_per_sm;
-      config.splits = kernel_plan->splits;
-      config.tiles = kernel_plan->tiles;
-      config.shared_bytes = kernel_plan->shared_bytes;
-      config.note = kernel_plan->describe;
+      w4a16_detail::store_plan(*kernel_plan, config);
       plan.partial_offset = offset;
       offset = align256(offset + kernel_plan->workspace_bytes);
       plan.counters_offset = offset;
@@ -1196,14 +1158,7 @@ Status W4A16Gemm::run(StreamHandle stream) {
   }
 
   if (config_.kernel == W4A16Kernel::kDirect || config_.kernel == W4A16Kernel::kWgmma) {
-    w4a16_detail::KernelPlan plan;
-    plan.variant = config_.variant;
-    plan.blocks = config_.blocks;
-    plan.threads = config_.threads;
-    plan.blocks_per_sm = config_.blocks_per_sm;
-    plan.splits = config_.splits;
-    plan.tiles = config_.tiles;
-    plan.shared_bytes = config_.shared_bytes;
+    const w4a16_detail::KernelPlan plan = w4a16_detail::stored_plan(config_);
     void* kernel_workspace = base + plan_offsets_[0];
     return config_.kernel == W4A16Kernel::kDirect
                ? w4a16_detail::run_direct(plan, w, m, x, arguments_.y, kernel_workspace, stream)

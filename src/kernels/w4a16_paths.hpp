@@ -35,10 +35,39 @@ struct KernelPlan {
   int blocks = 0, threads = 0, blocks_per_sm = 0;
   int splits = 0;  // k-splits per column tile (file-specific meaning)
   int tiles = 0;   // output tiles with a fix-up counter
+  int flags = 0;   // file-specific options decided at plan time (environment overrides included)
   std::size_t shared_bytes = 0;
   std::size_t workspace_bytes = 0;  // zeroed once by initialize(); the kernel leaves it zero
   std::string describe;             // for W4A16Config::describe()
 };
+
+// A plan kept in W4A16Config between initialize() and run() (the public config cannot hold the
+// internal KernelPlan): every field run_*() reads goes there and back (a forgotten flag had run()
+// take the slower partial-sum layout at M=16 while the description named the faster one).
+inline void store_plan(const KernelPlan& plan, W4A16Config& config) {
+  config.variant = plan.variant;
+  config.blocks = plan.blocks;
+  config.threads = plan.threads;
+  config.blocks_per_sm = plan.blocks_per_sm;
+  config.splits = plan.splits;
+  config.tiles = plan.tiles;
+  config.kernel_flags = plan.flags;
+  config.shared_bytes = plan.shared_bytes;
+  config.note = plan.describe;
+}
+inline KernelPlan stored_plan(const W4A16Config& config) {
+  KernelPlan plan;
+  plan.variant = config.variant;
+  plan.blocks = config.blocks;
+  plan.threads = config.threads;
+  plan.blocks_per_sm = config.blocks_per_sm;
+  plan.splits = config.splits;
+  plan.tiles = config.tiles;
+  plan.flags = config.kernel_flags;
+  plan.shared_bytes = config.shared_bytes;
+  plan.describe = config.note;
+  return plan;
+}
 
 // Direct kernel (w4a16_direct.cu), M <= 16: each warp streams its share of the weights through a
 // private cp.async ring (no block barrier in the main loop); x for the block's k-slice sits in

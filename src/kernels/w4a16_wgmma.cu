@@ -661,28 +661,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
       const int c4 = q - row * (columns / 4);
       return static_cast<std::size_t>(token0 + row) * p.op.n + first_column + c4 * 4;
     };
-    // A thread's loads of kBatch quads first, then their stores: one L2 round trip per kBatch
-    // quads. One at a time (a store between loads the compiler cannot reorder) the fix-up's loads
-    // were 13 % of the M=64 kernel's stall samples (Nsight Compute, 2026-11-30).
-    constexpr int kBatch = 8;
-    for (int q0 = tid; q0 < quads; q0 += kBatch * kThreads) {
-      float4 v[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int q = q0 + j * kThreads;
-        v[j] = q < quads ? __ldcg(reinterpret_cast<const float4*>(p.op.partial + index_of(q)))
-                         : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int q = q0 + j * kThreads;
-        if (q < quads) {
-          const std::size_t index = index_of(q);
-          __stcg(reinterpret_cast<float4*>(p.op.partial + index), make_float4(0.f, 0.f, 0.f, 0.f));
-          store_four<T>(y + index, v[j]);
-        }
-      }
-    }
+    fix_up_tile<T, kThreads, 8>(tid, quads, index_of, p.op.partial, 0, 1, true, y);
   };  // segment
 
   // This block's units (w4a16_wgmma_partition.hpp): one split of one tile, or with stream-K an

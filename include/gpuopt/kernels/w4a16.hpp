@@ -96,6 +96,7 @@ struct W4A16Config {
   W4A16Kernel kernel = W4A16Kernel::kXRows;
   int variant = 0;       // direct/wgmma: the template instance
   std::string note;      // direct/wgmma: their own description
+  int kernel_flags = 0;  // direct/wgmma: option bits their plan fixed (kept for run())
   bool swapped = false;  // weights as the mma A operand, x rows as B (small M)
   int m_tiles = 1;       // mma tiles of x rows per block (1, 2 or 4): 16 rows, 8 when swapped
   int block_m = 16;      // x rows per block
