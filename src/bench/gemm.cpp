@@ -38,7 +38,8 @@ constexpr int kSequence = 10;
 // Sweeps on the GPU machine without new CLI flags: GPUOPT_GEMM_M="1,64" limits the batch sizes,
 // GPUOPT_GEMM_FORCE_PATH sets W4A16Options::force_path, GPUOPT_GEMM_DETERMINISTIC=1 sets
 // W4A16Options::deterministic, GPUOPT_GEMM_FALLBACK_MIN_M sets W4A16Options::fallback_min_m (0 =
-// never cuBLAS) (docs/w4a16-gemm.md).
+// never cuBLAS), GPUOPT_GEMM_TIMING the order of the timings (timing_order below)
+// (docs/w4a16-gemm.md).
 [[maybe_unused]] std::vector<int> batch_sizes() {
   const char* text = std::getenv("GPUOPT_GEMM_M");
   if (text == nullptr || *text == '\0') return kBatchSizes;
@@ -66,6 +67,18 @@ constexpr int kSequence = 10;
     options.fallback_min_m = std::atoi(from);
   }
   return options;
+}
+
+// How the cuBLAS reference and gpuopt are timed against each other: their samples interleaved
+// (the default), or one block after the other (the order of earlier sessions' figures, for A/B
+// runs): GPUOPT_GEMM_TIMING=interleaved|reference-first|gpuopt-first.
+enum class TimingOrder { kInterleaved, kReferenceFirst, kGpuoptFirst };
+[[maybe_unused]] TimingOrder timing_order() {
+  const char* text = std::getenv("GPUOPT_GEMM_TIMING");
+  const std::string_view value = text != nullptr ? text : "";
+  if (value == "reference-first") return TimingOrder::kReferenceFirst;
+  if (value == "gpuopt-first") return TimingOrder::kGpuoptFirst;
+  return TimingOrder::kInterleaved;
 }
 
 struct Shape {
@@ -98,6 +111,54 @@ struct Events {
   }
 };
 
+// One timed arm of a comparison: a launch over its `rotations` copies.
+struct Arm {
+  std::function<Status(int)> launch;
+  int rotations;
+};
+
+// The arms' samples interleaved: sample i of arm 0, sample i of arm 1, ..., then sample i + 1, so
+// every arm sees the same clocks and heat (timed one block after another, the arm after a long
+// compute-bound burst ran throttled: the same cuBLAS call 15 % slower at M=256, H200 2026-11-30,
+// docs/PERFORMANCE.md). Each arm is warmed up first.
+StatusOr<std::vector<Summary>> time_arms(const std::vector<Arm>& arms, int warmup, int samples,
+                                         cudaStream_t stream, int batch = 1) {
+  const std::size_t count = arms.size();
+  std::vector<int> next(count);
+  for (std::size_t a = 0; a < count; ++a) {
+    next[a] = std::max(warmup, arms[a].rotations);
+    for (int i = 0; i < next[a]; ++i) GPUOPT_RETURN_IF_ERROR(arms[a].launch(i % arms[a].rotations));
+  }
+  GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
+  Events events;
+  events.events.resize(2 * count * samples, nullptr);
+  for (auto& event : events.events) GPUOPT_CUDA_TRY(cudaEventCreate(&event));
+  // Everything is queued before the first sync so launches run back to back.
+  for (int i = 0; i < samples; ++i) {
+    for (std::size_t a = 0; a < count; ++a) {
+      const std::size_t e = 2 * (i * count + a);
+      GPUOPT_CUDA_TRY(cudaEventRecord(events.events[e], stream));
+      for (int b = 0; b < batch; ++b) {
+        GPUOPT_RETURN_IF_ERROR(arms[a].launch(next[a]++ % arms[a].rotations));
+      }
+      GPUOPT_CUDA_TRY(cudaEventRecord(events.events[e + 1], stream));
+    }
+  }
+  GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
+  std::vector<Summary> summaries;
+  for (std::size_t a = 0; a < count; ++a) {
+    std::vector<double> times(samples);
+    for (int i = 0; i < samples; ++i) {
+      const std::size_t e = 2 * (i * count + a);
+      float ms = 0;
+      GPUOPT_CUDA_TRY(cudaEventElapsedTime(&ms, events.events[e], events.events[e + 1]));
+      times[i] = ms * 1000.0 / batch;
+    }
+    summaries.push_back(summarize(times));
+  }
+  return summaries;
+}
+
 // Microseconds of `samples` launches (after `warmup`, and at least one per rotation: each
 // rotation may own a cuBLAS handle whose first call picks its algorithm on the host), launch i
 // using rotation i % count. With batch > 1 a sample is `batch` launches back to back between its
@@ -106,27 +167,9 @@ struct Events {
 // flush).
 StatusOr<Summary> time_us(const std::function<Status(int)>& launch, int rotations, int warmup,
                           int samples, cudaStream_t stream, int batch = 1) {
-  warmup = std::max(warmup, rotations);
-  for (int i = 0; i < warmup; ++i) GPUOPT_RETURN_IF_ERROR(launch(i % rotations));
-  GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
-  Events events;
-  events.events.resize(2 * samples, nullptr);
-  for (auto& event : events.events) GPUOPT_CUDA_TRY(cudaEventCreate(&event));
-  // Everything is queued before the first sync so launches run back to back.
-  int next = warmup;
-  for (int i = 0; i < samples; ++i) {
-    GPUOPT_CUDA_TRY(cudaEventRecord(events.events[2 * i], stream));
-    for (int b = 0; b < batch; ++b) GPUOPT_RETURN_IF_ERROR(launch(next++ % rotations));
-    GPUOPT_CUDA_TRY(cudaEventRecord(events.events[2 * i + 1], stream));
-  }
-  GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
-  std::vector<double> times(samples);
-  for (int i = 0; i < samples; ++i) {
-    float ms = 0;
-    GPUOPT_CUDA_TRY(cudaEventElapsedTime(&ms, events.events[2 * i], events.events[2 * i + 1]));
-    times[i] = ms * 1000.0 / batch;
-  }
-  return summarize(times);
+  GPUOPT_ASSIGN_OR_RETURN(std::vector<Summary> one,
+                          time_arms({Arm{launch, rotations}}, warmup, samples, stream, batch));
+  return one.front();
 }
 
 // Random weights straight in the kernel layout (repacking 200M nibbles on the host is slow and the
@@ -199,6 +242,7 @@ class ShapeTestcase : public Testcase {
     const int max_m = kBatchSizes.back();
     const std::vector<int> sizes = batch_sizes();
     const kernels::W4A16Options gemm_options = options_from_environment();
+    const TimingOrder order = timing_order();
     Stream owned;
     GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&owned.stream, cudaStreamNonBlocking));
     cudaStream_t stream = owned.stream;
@@ -284,58 +328,71 @@ class ShapeTestcase : public Testcase {
       double gpuopt_spread = 0, cublas_spread = 0;  // (p90 - p10) / median, fp16
       std::string config;
       // One W4A16Gemm per weight copy, each with its own workspace (the cuBLAS path keeps its
-      // dense copy there); the median of `samples` launches over the rotation.
-      Summary gpuopt_sequence, cublas_sequence;  // fp16, back to back
-      auto time_gemm = [&](const kernels::W4A16Options& gemm_options_here, int t,
-                           Summary* sequence =
-                               nullptr) -> StatusOr<std::pair<Summary, kernels::W4A16Config>> {
+      // dense copy there), launched over the rotation.
+      struct Gemms {
         std::vector<std::unique_ptr<kernels::W4A16Gemm>> gemms;
-        std::vector<DeviceBuffer> workspaces(rotations);
+        std::vector<DeviceBuffer> workspaces;
+      };
+      auto make_gemms = [&](const kernels::W4A16Options& here, int t, Gemms& out) -> Status {
+        out.workspaces = std::vector<DeviceBuffer>(rotations);
         for (int r = 0; r < rotations; ++r) {
-          auto gemm = std::make_unique<kernels::W4A16Gemm>(gemm_options_here);
+          auto gemm = std::make_unique<kernels::W4A16Gemm>(here);
           kernels::W4A16Gemm::Arguments arguments{m, x.pointer, y.pointer, &weights[t][r]};
           GPUOPT_ASSIGN_OR_RETURN(std::size_t bytes, gemm->workspace_size(arguments));
-          GPUOPT_RETURN_IF_ERROR(workspaces[r].allocate(bytes));
-          GPUOPT_RETURN_IF_ERROR(gemm->initialize(arguments, workspaces[r].pointer, stream));
-          gemms.push_back(std::move(gemm));
+          GPUOPT_RETURN_IF_ERROR(out.workspaces[r].allocate(bytes));
+          GPUOPT_RETURN_IF_ERROR(gemm->initialize(arguments, out.workspaces[r].pointer, stream));
+          out.gemms.push_back(std::move(gemm));
         }
-        GPUOPT_ASSIGN_OR_RETURN(const Summary ours,
-                                time_us([&](int r) { return gemms[r]->run(stream); }, rotations,
-                                        warmup, samples, stream));
-        if (t == 0 && sequence != nullptr) {
-          GPUOPT_ASSIGN_OR_RETURN(
-              *sequence, time_us([&](int r) { return gemms[r]->run(stream); }, rotations, warmup,
-                                 samples, stream, kSequence));
-        }
-        return std::pair{ours, gemms[0]->config()};
+        return ok_status();
       };
+      auto ours_arm = [&](const Gemms& g) {
+        return Arm{[&g, stream](int r) { return g.gemms[r]->run(stream); }, rotations};
+      };
+      auto reference_arm = [&](int t) {
+        const ActivationType type = t == 0 ? ActivationType::kFloat16 : ActivationType::kBFloat16;
+        return Arm{[&, type](int r) {
+                     return cublas.run(type, m, n, k, x.pointer, dense[r].pointer, y.pointer,
+                                       stream);
+                   },
+                   dense_rotations};
+      };
+      // {reference, gpuopt} per launch (batch 1) or back to back (kSequence), in the chosen order.
+      auto time_pair = [&](const Arm& reference, const Arm& ours,
+                           int batch) -> StatusOr<std::pair<Summary, Summary>> {
+        if (order == TimingOrder::kInterleaved) {
+          GPUOPT_ASSIGN_OR_RETURN(auto both,
+                                  time_arms({reference, ours}, warmup, samples, stream, batch));
+          return std::pair{both[0], both[1]};
+        }
+        const bool ours_first = order == TimingOrder::kGpuoptFirst;
+        GPUOPT_ASSIGN_OR_RETURN(
+            const Summary first,
+            time_us((ours_first ? ours : reference).launch,
+                    (ours_first ? ours : reference).rotations, warmup, samples, stream, batch));
+        GPUOPT_ASSIGN_OR_RETURN(
+            const Summary second,
+            time_us((ours_first ? reference : ours).launch,
+                    (ours_first ? reference : ours).rotations, warmup, samples, stream, batch));
+        return ours_first ? std::pair{second, first} : std::pair{first, second};
+      };
+      Summary gpuopt_sequence, cublas_sequence;  // fp16, back to back
       bool default_is_cublas = false;
       for (int t = 0; t < 2; ++t) {
-        const ActivationType type = t == 0 ? ActivationType::kFloat16 : ActivationType::kBFloat16;
-        GPUOPT_ASSIGN_OR_RETURN(const auto ours, time_gemm(gemm_options, t, &gpuopt_sequence));
+        Gemms ours;
+        GPUOPT_RETURN_IF_ERROR(make_gemms(gemm_options, t, ours));
+        const Arm reference = reference_arm(t);
+        const Arm gpuopt = ours_arm(ours);
+        GPUOPT_ASSIGN_OR_RETURN(const auto times, time_pair(reference, gpuopt, 1));
+        cublas_us[t] = times.first.median;
+        gpuopt_us[t] = times.second.median;
         if (t == 0) {
-          config = ours.second.describe();
-          default_is_cublas = ours.second.path == kernels::W4A16Path::kDequantCublas;
-        }
-        gpuopt_us[t] = ours.first.median;
-        if (t == 0) gpuopt_spread = ours.first.relative_spread();
-        GPUOPT_ASSIGN_OR_RETURN(const Summary theirs,
-                                time_us(
-                                    [&](int r) {
-                                      return cublas.run(type, m, n, k, x.pointer, dense[r].pointer,
-                                                        y.pointer, stream);
-                                    },
-                                    dense_rotations, warmup, samples, stream));
-        cublas_us[t] = theirs.median;
-        if (t == 0) {
-          cublas_spread = theirs.relative_spread();
-          GPUOPT_ASSIGN_OR_RETURN(cublas_sequence,
-                                  time_us(
-                                      [&](int r) {
-                                        return cublas.run(type, m, n, k, x.pointer,
-                                                          dense[r].pointer, y.pointer, stream);
-                                      },
-                                      dense_rotations, warmup, samples, stream, kSequence));
+          config = ours.gemms[0]->config().describe();
+          default_is_cublas = ours.gemms[0]->config().path == kernels::W4A16Path::kDequantCublas;
+          cublas_spread = times.first.relative_spread();
+          gpuopt_spread = times.second.relative_spread();
+          GPUOPT_ASSIGN_OR_RETURN(const auto sequences, time_pair(reference, gpuopt, kSequence));
+          cublas_sequence = sequences.first;
+          gpuopt_sequence = sequences.second;
         }
       }
       // The path not taken, fp16, from M = 16 (where the two come close): the int4 kernel when
@@ -349,8 +406,12 @@ class ShapeTestcase : public Testcase {
         } else {
           other.force_path = 1;
         }
-        GPUOPT_ASSIGN_OR_RETURN(const auto theirs, time_gemm(other, 0));
-        (default_is_cublas ? kernel_us : fallback_us) = theirs.first.median;
+        Gemms path;
+        GPUOPT_RETURN_IF_ERROR(make_gemms(other, 0, path));
+        const Arm arm = ours_arm(path);
+        GPUOPT_ASSIGN_OR_RETURN(const Summary theirs,
+                                time_us(arm.launch, arm.rotations, warmup, samples, stream));
+        (default_is_cublas ? kernel_us : fallback_us) = theirs.median;
       }
       const double moved =
           static_cast<double>(compressed) + 2.0 * m * k + 2.0 * m * n;  // bytes read + written
@@ -428,8 +489,12 @@ class ShapeTestcase : public Testcase {
     result.notes.push_back(fmt::format(
         "GB/s counts the compressed bytes moved (int4 weights, fp16 scales, x, y); medians of {} "
         "launches; weights rotated over {} copies, cuBLAS over {}; 'seq' = fp16 per GEMM of {} "
-        "launches back to back between two events (medians of {} such sequences)",
-        samples, rotations, dense_rotations, kSequence, samples));
+        "launches back to back between two events (medians of {} such sequences); cuBLAS and "
+        "gpuopt timed {}",
+        samples, rotations, dense_rotations, kSequence, samples,
+        order == TimingOrder::kInterleaved      ? "sample by sample, interleaved"
+        : order == TimingOrder::kReferenceFirst ? "one after the other, cuBLAS first"
+                                                : "one after the other, gpuopt first"));
     return result;
   }
 
