@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -44,26 +45,30 @@ constexpr double kRotationBytes = 192e6;  // as src/bench/gemm.cpp: twice the H2
 constexpr int kGroup = 128;
 constexpr int kMaxPar = 16;  // Marlin's default; the workspace is sized N / 128 * kMaxPar
 
-#define ANCHOR_CUDA(call)                                                                  \
-  do {                                                                                     \
-    const cudaError_t anchor_status_ = (call);                                             \
-    if (anchor_status_ != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "marlin_bench: %s failed at %s:%d: %s (%s)\n", #call, __FILE__, \
-                   __LINE__, cudaGetErrorName(anchor_status_),                             \
-                   cudaGetErrorString(anchor_status_));                                    \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+// A failed CUDA/cuBLAS/Marlin call: carried up to main(), which prints it and returns 1 (this
+// driver's functions and launch lambdas have no error channel of their own).
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+#define ANCHOR_CUDA(call)                                                                       \
+  do {                                                                                          \
+    const cudaError_t anchor_status_ = (call);                                                  \
+    if (anchor_status_ != cudaSuccess) {                                                        \
+      throw Failure(std::string(#call) + " failed at " + __FILE__ + ":" +                       \
+                    std::to_string(__LINE__) + ": " + cudaGetErrorName(anchor_status_) + " (" + \
+                    cudaGetErrorString(anchor_status_) + ")");                                  \
+    }                                                                                           \
   } while (0)
 
-#define ANCHOR_CUBLAS(call)                                                                \
-  do {                                                                                     \
-    const cublasStatus_t anchor_status_ = (call);                                          \
-    if (anchor_status_ != CUBLAS_STATUS_SUCCESS) {                                         \
-      std::fprintf(stderr, "marlin_bench: %s failed at %s:%d: %s (%s)\n", #call, __FILE__, \
-                   __LINE__, cublasGetStatusName(anchor_status_),                          \
-                   cublasGetStatusString(anchor_status_));                                 \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+#define ANCHOR_CUBLAS(call)                                                                        \
+  do {                                                                                             \
+    const cublasStatus_t anchor_status_ = (call);                                                  \
+    if (anchor_status_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+      throw Failure(std::string(#call) + " failed at " + __FILE__ + ":" +                          \
+                    std::to_string(__LINE__) + ": " + cublasGetStatusName(anchor_status_) + " (" + \
+                    cublasGetStatusString(anchor_status_) + ")");                                  \
+    }                                                                                              \
   } while (0)
 
 struct Options {
@@ -371,9 +376,9 @@ int run(int argc, char** argv) {
       const int code = marlin_cuda(x, b[r], y, s[r], m, n, k, workspace[r], kGroup, options.device,
                                    stream, -1, -1, sms, kMaxPar);
       if (code != 0) {
-        std::fprintf(stderr, "marlin_bench: marlin_cuda(M=%d, N=%d, K=%d) returned %d: %s\n", m, n,
-                     k, code, marlin_error(code));
-        std::exit(1);
+        throw Failure("marlin_cuda(M=" + std::to_string(m) + ", N=" + std::to_string(n) +
+                      ", K=" + std::to_string(k) + ") returned " + std::to_string(code) + ": " +
+                      marlin_error(code));
       }
       ANCHOR_CUDA(cudaGetLastError());
     };
@@ -464,4 +469,11 @@ int run(int argc, char** argv) {
 
 }  // namespace anchor
 
-int main(int argc, char** argv) { return anchor::run(argc, argv); }
+int main(int argc, char** argv) {
+  try {
+    return anchor::run(argc, argv);
+  } catch (const anchor::Failure& failure) {
+    std::fprintf(stderr, "marlin_bench: %s\n", failure.what());
+    return 1;
+  }
+}
