@@ -70,8 +70,10 @@ constexpr int kSequence = 10;
 }
 
 // How the cuBLAS reference and gpuopt are timed against each other: their samples interleaved
-// (the default), or one block after the other (the order of earlier sessions' figures, for A/B
-// runs): GPUOPT_GEMM_TIMING=interleaved|reference-first|gpuopt-first.
+// (the default), or in blocks for A/B runs (GPUOPT_GEMM_TIMING=reference-first|gpuopt-first: both
+// per-launch blocks, then both back-to-back blocks). Figures before the tenth session were timed
+// gpuopt first with each arm's back-to-back block right after its per-launch block, which
+// neither mode repeats exactly.
 enum class TimingOrder { kInterleaved, kReferenceFirst, kGpuoptFirst };
 [[maybe_unused]] TimingOrder timing_order() {
   const char* text = std::getenv("GPUOPT_GEMM_TIMING");

@@ -1042,7 +1042,8 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
   // cuBLAS fp16 in the same run. The wgmma kernel's time is flat inside a token tile (32, 64, 128
   // tokens), so it loses from the first M of the tile where cuBLAS wins:
   // - K x N >= 2^27 (8192 x 28672, 28672 x 8192): faster up to M = 128 (1.05-1.11x), 0.78x at 256
-  //   -> cuBLAS from M = 129;
+  //   -> cuBLAS from M = 129 (timed in blocks; with the bench's interleaved timing, run 45, M = 128
+  //   is 1.00x / 1.15x, a tie on 8192 x 28672);
   // - 2^25 <= K x N < 2^27, after the wgmma fix-up and copy changes (2026-11-30 13:49 and 14:10
   //   UTC, the int4 kernel forced): with K < N, 3584 x 18944 (Qwen2-7B) 1.08x at M = 33, 1.01x
   //   at 40, 0.96x at 48, and 4096 x 14336 1.13-1.14x at 40, 1.02-1.04x at 48, 0.95-0.96x at 56
