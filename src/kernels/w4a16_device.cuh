@@ -184,10 +184,16 @@ __device__ __forceinline__ void add_four(float* partial, const float4& v) {
 // the loads of kBatch quads before their stores, one L2 round trip per batch (one quad at a time,
 // the wgmma kernel's fix-up was 13 % of its M=64 stall samples); past the end a batch repeats the
 // last quad's loads (valid addresses, values not stored) instead of branching around them.
-template <typename T, int kThreads, int kBatch, typename IndexOf>
+// With `own` (a functor of q returning a float4), the caller's own sums of quad q are added too:
+// the block that found every other piece already counted adds its partial here instead of into
+// the workspace (see the wgmma kernel's segment end).
+struct NoOwnSums {
+  __device__ float4 operator()(int) const { return make_float4(0.f, 0.f, 0.f, 0.f); }
+};
+template <typename T, int kThreads, int kBatch, typename IndexOf, typename Own = NoOwnSums>
 __device__ __forceinline__ void fix_up_tile(int thread, int quads, const IndexOf& index_of,
                                             float* partial, std::size_t slice_stride, int slices,
-                                            bool clear, T* y) {
+                                            bool clear, T* y, const Own& own = Own{}) {
   for (int q0 = thread; q0 < quads; q0 += kBatch * kThreads) {
     std::size_t index[kBatch];
     float4 v[kBatch];
@@ -201,6 +207,16 @@ __device__ __forceinline__ void fix_up_tile(int thread, int quads, const IndexOf
       for (int j = 0; j < kBatch; ++j) {
         const float4 add =
             __ldcg(reinterpret_cast<const float4*>(partial + index[j] + s * slice_stride));
+        v[j].x += add.x;
+        v[j].y += add.y;
+        v[j].z += add.z;
+        v[j].w += add.w;
+      }
+    }
+    if constexpr (!std::is_same_v<Own, NoOwnSums>) {
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const float4 add = own(min(q0 + j * kThreads, quads - 1));
         v[j].x += add.x;
         v[j].y += add.y;
         v[j].z += add.z;
