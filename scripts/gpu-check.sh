@@ -49,9 +49,11 @@ for test_binary in "$bundle"/bin/unit_* "$bundle"/bin/gpu_*; do
   timeout "${GPU_CHECK_TEST_TIMEOUT:-240}" "$test_binary" --gtest_brief=1 >"$log" 2>&1
   rc=$?
   seconds=$(( $(date +%s) - start ))
-  skipped=$(grep -oE '\[  SKIPPED \] [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
+  # The last summary is the binary's own: tests that run a helper process (gpu_vector's IPC
+  # ingest) print the child's gtest summary into the same log before it.
+  skipped=$(grep -oE '\[  SKIPPED \] [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$' || echo 0)
   failed=$(grep -E '^\[  FAILED  \] .*\(' "$log" | wc -l)
-  passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
+  passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$' || echo 0)
   row "$name" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" \
       "passed=$passed failed=$failed skipped=$skipped (${seconds} s)"
   if [ $sanitize -eq 1 ] && [[ "$name" == gpu_* ]]; then
