@@ -612,7 +612,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
         // the tile's last and nobody else touches it, so it adds its partial to theirs while
         // converting, skipping its own reductions, fence and count (H200, eleventh session: M=64
         // 73.3-73.7 -> 70.8-71.0 us on 8192 x 28672). Not for k-splits, whose pieces all end
-        // together: there the look rarely succeeds and its round trip cost 0.6-0.8 us.
+        // together: there it cost 0.3-1.0 us at M = 32-64 (the look presumably rarely succeeds).
         const int tile_index = column_tile * p.token_tiles + token_tile;
         if (tid == 0) {
           is_last = 0;
