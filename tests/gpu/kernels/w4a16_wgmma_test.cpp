@@ -115,9 +115,10 @@ TEST(W4A16WgmmaGpuSplits, FastCopyForcedSplits) {
 // Stream-K (one wave, each block a run of (tile, k-stage) units): a tile's k-range is cut at
 // arbitrary stages, blocks cross tile and token-tile boundaries, and the last of a tile's segments
 // (by the stage count) fixes it up; short layers give one-stage segments. A block's last segment
-// that finds every other piece of its tile counted adds its own partial during the fix-up instead
-// (timing decides whether it does: the 4096 x 3584 layer at M=64, 14 tiles of 64 stages, gives
-// runs of ~3.4 stages where the next block's first segment is usually counted first).
+// that finds every other piece of its tile already counted adds its own partial during the fix-up
+// instead; timing decides whether that happens, and this test cannot tell which path ran. The
+// 4096 x 3584 layer at M=64 (14 tiles of 64 stages, ~3.4 stages a block, ~19 blocks a tile) is
+// there to make it likely: every tile's last-counted piece can take it.
 TEST(W4A16WgmmaGpuSplits, StreamKMatchesTwin) {
   GPUOPT_REQUIRE_SM90();
   ScopedEnv stream_k("GPUOPT_W4A16_WGMMA_STREAMK", 1);
