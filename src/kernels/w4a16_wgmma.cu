@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
 
   // One segment: the k-stages [s0, s1) of one output tile, then its store or its fp32 partial.
   // last_of_block: the block's last segment of a stream-K grid (where its tile's other pieces are
-  // usually already counted: see the look at the counter below).
+  // often already counted: see the look at the counter below).
   auto segment = [&](const int token_tile, const int column_tile, const int s0, const int s1,
                      const bool last_of_block) {
     const int token0 = token_tile * kTokens;
@@ -607,7 +607,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
           }
         }
         // The last segment of a stream-K block looks at its tile's counter first: the tile's
-        // later k-stages were usually counted early, by the next block's first segment. If every
+        // later k-stages are often counted early, by the next block's first segment. If every
         // other piece is counted (their sums landed: each fences before counting), this block is
         // the tile's last and nobody else touches it, so it adds its partial to theirs while
         // converting, skipping its own reductions, fence and count (H200, eleventh session: M=64
