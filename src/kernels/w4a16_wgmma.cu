@@ -49,6 +49,15 @@ struct WgmmaParams {
   // grid is one wave and block b takes the (tile, 64-k stage) units [b T / B, (b + 1) T / B) of
   // all T = tiles x k_stages laid end to end, one segment per tile it touches.
   int stream_k;
+  // The shared fix-up of k-splits (> 0: the splits, each with a slice of slice_stride floats in
+  // the workspace; 0: 16-byte atomics into one [M][N] sum, the tile's last piece converting it).
+  // Each split stores its partial into its slice, fences and counts, waits for the tile's other
+  // splits and converts its share, adding the slices in split order; `done` counts the shares and
+  // the last resets both counters. Needs every block resident at once: run_wgmma launches it
+  // cooperatively.
+  int scatter_slots;
+  std::size_t slice_stride;
+  int* done;  // [tiles]
 };
 
 #if GPUOPT_WGMMA_DEVICE
@@ -88,6 +97,13 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 // Keeps the compiler from moving accumulator reads/writes across the asynchronous wgmma.
 __device__ __forceinline__ void pin(float& value) { asm volatile("" : "+f"(value)::"memory"); }
+
+// A counter read with acquire semantics at GPU scope (the shared fix-up's wait).
+__device__ __forceinline__ int load_acquire(const int* counter) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(counter) : "memory");
+  return value;
+}
 
 // Writes by the generic proxy (cp.async) made visible to the async proxy (wgmma's operand reads).
 __device__ __forceinline__ void fence_proxy_async() {
@@ -260,6 +276,106 @@ __device__ __forceinline__ void dequantize_scaled(std::uint32_t word, const Cons
   a[1] = as_bits(__hmul2(__hsub2(as_pair<Pair>(v2), as_pair<Pair>(k.sub[2 * i + 1])), s1));
   a[3] = as_bits(__hmul2(__hsub2(as_pair<Pair>(v3), as_pair<Pair>(k.sub[2 * i + 1])), s1));
 }
+// A tile's fp32 quads (4 columns of one token) in the fix-ups, in two numberings. Slots: q = row *
+// 64 + c4 over the block's full 256 columns, quad q present when c4 < row_quads (the last column
+// tile of N % 256 != 0 has fewer): shifts and masks only. Compact (fix_up_tile's): q = row *
+// row_quads + c4, every q < quads present. index is the [M][N] index, offset the place in the
+// partial tile in shared memory (rows of `pitch` floats). (A division by the runtime row_quads in
+// the shared fix-up's loops had ptxas move the wgmma main loop's group constants out of uniform
+// registers into constant-bank loads, 288 -> 290 SASS instructions a stage with 12 more loads.)
+struct TileQuads {
+  static constexpr int kRowSlots = kBlockColumns / 4;
+  std::size_t first;  // [M][N] index of the tile's first element
+  int n, row_quads, rows, pitch;
+  __device__ __forceinline__ int slots() const { return rows * kRowSlots; }
+  __device__ __forceinline__ bool present(int q) const { return q % kRowSlots < row_quads; }
+  __device__ __forceinline__ std::size_t index(int q) const {
+    return first + static_cast<std::size_t>(q / kRowSlots) * n + (q % kRowSlots) * 4;
+  }
+  __device__ __forceinline__ int offset(int q) const {
+    return (q / kRowSlots) * pitch + (q % kRowSlots) * 4;
+  }
+  __device__ __forceinline__ int quads() const { return rows * row_quads; }
+  __device__ __forceinline__ int compact(int q) const {  // compact -> slot numbering
+    const int row = q / row_quads;
+    return row * kRowSlots + (q - row * row_quads);
+  }
+};
+
+__device__ __forceinline__ TileQuads tile_quads(int m, int n, int token0, int first_column,
+                                                int tokens, int pitch) {
+  const int columns = min(kBlockColumns, n - first_column);
+  const int rows = min(tokens, m - token0);
+  return {static_cast<std::size_t>(token0) * n + first_column, n, columns / 4, rows, pitch};
+}
+
+// The shared fix-up (WgmmaParams::scatter_slots) of a k-split's piece of a tile, its fp32 partial
+// in shared memory (`tile`, rows of tq.pitch floats), in two steps. store_piece: the piece stores
+// its partial into its slice (all but its own share of the conversion, which it reads from shared
+// memory), fences and counts. convert_share: waits until every piece is counted and converts its
+// share of the tile's quads (4 columns of one token), adding the slices in slot order.
+template <int kThreads>
+__device__ __forceinline__ void store_piece(const float* tile, TileQuads tq, float* slices,
+                                            std::size_t slice_stride, int* counter, int stages,
+                                            WgmmaPieces pieces) {
+  const int tid = threadIdx.x;
+  const WgmmaShare share = wgmma_share(tq.slots(), pieces.slot, pieces.pieces);
+  __syncthreads();  // the partial tile is whole in shared memory
+  float* const own_slice = slices + pieces.slot * slice_stride;
+  for (int q = tid; q < tq.slots(); q += kThreads) {
+    if ((q >= share.begin && q < share.end) || !tq.present(q)) continue;
+    __stcg(reinterpret_cast<float4*>(own_slice + tq.index(q)),
+           *reinterpret_cast<const float4*>(tile + tq.offset(q)));
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) atomicAdd(counter, stages);
+}
+
+template <typename T, int kThreads>
+__device__ __forceinline__ void convert_share(const float* tile, TileQuads tq, const float* slices,
+                                              std::size_t slice_stride, int* counter, int* done,
+                                              int k_stages, WgmmaPieces pieces, T* y) {
+  const int tid = threadIdx.x;
+  const WgmmaShare share = wgmma_share(tq.slots(), pieces.slot, pieces.pieces);
+  if (tid == 0) {
+    while (load_acquire(counter) < k_stages) __nanosleep(32);
+  }
+  __syncthreads();
+  __threadfence();
+  // Every slice added in slot order (the same sums in the same order every run).
+  for (int q = share.begin + tid; q < share.end; q += kThreads) {
+    if (!tq.present(q)) continue;
+    const std::size_t index = tq.index(q);
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int first = 0; first < pieces.pieces; first += 8) {
+      float4 part[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int slot = first + j;
+        part[j] =
+            slot >= pieces.pieces ? make_float4(0.f, 0.f, 0.f, 0.f)
+            : slot == pieces.slot
+                ? *reinterpret_cast<const float4*>(tile + tq.offset(q))
+                : __ldcg(reinterpret_cast<const float4*>(slices + slot * slice_stride + index));
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        sum.x += part[j].x;
+        sum.y += part[j].y;
+        sum.z += part[j].z;
+        sum.w += part[j].w;
+      }
+    }
+    store_four<T>(y + index, sum);
+  }
+  __syncthreads();
+  if (tid == 0 && atomicAdd(done, 1) == pieces.pieces - 1) {
+    *counter = 0;  // every share is converted: ready for the next run
+    *done = 0;
+  }
+}
+
 #endif  // GPUOPT_WGMMA_DEVICE
 
 // kWarpgroups x kS = 4 strips per block; kTokens tokens per block (the wgmma N); kStages 64-k
@@ -278,8 +394,14 @@ __device__ __forceinline__ void dequantize_scaled(std::uint32_t word, const Cons
 // tile's scales/zeros only where the decode loop reads them (the first tile of the split and of
 // each group), not for every k16 tile.
 
+// kScatter (fast-copy variants only): the shared fix-up of k-splits (WgmmaParams::scatter_slots)
+// in place of the atomic partial sums. A template parameter, not a runtime branch: in the same
+// kernel its code changed ptxas's allocation of the main loop (up to 4 % more SASS instructions a
+// stage, the group constants reloaded from the constant bank), and the 64-token variant ran ~5 %
+// slower on the H200 even where the fix-up was not taken. The kScatter instances keep that cost
+// (301 against 288 instructions a stage at 64 tokens); their fix-up gains more.
 template <typename T, int kWarpgroups, int kS, int kTokens, int kStages, int kMinBlocks,
-          bool kZeros, bool kFastCopy = false>
+          bool kZeros, bool kFastCopy = false, bool kScatter = false>
 __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     k_w4a16_wgmma(const WgmmaParams p) {
 #if GPUOPT_WGMMA_DEVICE
@@ -606,6 +728,19 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
             }
           }
         }
+        const int tile_index = column_tile * p.token_tiles + token_tile;
+        const TileQuads tq =
+            tile_quads(p.op.m, p.op.n, token0, first_strip * kTileN, kTokens, kPitch);
+        if constexpr (kScatter) {  // k-splits: a block's only segment
+          const WgmmaPieces pieces =
+              wgmma_split_pieces(static_cast<int>(blockIdx.x), p.splits, p.token_tiles);
+          store_piece<kThreads>(tile, tq, p.op.partial, p.slice_stride, p.op.counters + tile_index,
+                                s1 - s0, pieces);
+          convert_share<T, kThreads>(tile, tq, p.op.partial, p.slice_stride,
+                                     p.op.counters + tile_index, p.done + tile_index, p.k_stages,
+                                     pieces, y);
+          return;
+        }
         // The last segment of a stream-K block looks at its tile's counter first: the tile's
         // later k-stages are often counted early, by the next block's first segment. If every
         // other piece is counted (their sums landed: each fences before counting), this block is
@@ -613,7 +748,6 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
         // converting, skipping its own reductions, fence and count (H200, eleventh session: M=64
         // 73.3-73.7 -> 70.8-71.0 us on 8192 x 28672). Not for k-splits, whose pieces all end
         // together: there it cost 0.3-1.0 us at M = 32-64 (the look presumably rarely succeeds).
-        const int tile_index = column_tile * p.token_tiles + token_tile;
         if (tid == 0) {
           is_last = 0;
           if (last_of_block) {
@@ -622,35 +756,21 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
           }
         }
         __syncthreads();
-        const int columns = min(kBlockColumns, p.op.n - first_strip * kTileN);
-        const int rows = min(kTokens, p.op.m - token0);
         if (is_last) {
           __threadfence();
-          const int first_column = first_strip * kTileN;
-          const int quads = rows * (columns / 4);
-          auto index_of = [&](int q) {
-            const int row = q / (columns / 4);
-            const int c4 = q - row * (columns / 4);
-            return static_cast<std::size_t>(token0 + row) * p.op.n + first_column + c4 * 4;
-          };
-          auto own = [&](int q) {
-            const int row = q / (columns / 4);
-            const int c4 = q - row * (columns / 4);
-            return *reinterpret_cast<const float4*>(tile + row * kPitch + c4 * 4);
-          };
-          fix_up_tile<T, kThreads, 8>(tid, quads, index_of, p.op.partial, 0, 1, true, y, own);
+          fix_up_tile<T, kThreads, 8>(
+              tid, tq.quads(), [&](int q) { return tq.index(tq.compact(q)); }, p.op.partial, 0, 1,
+              true, y,
+              [&](int q) {
+                return *reinterpret_cast<const float4*>(tile + tq.offset(tq.compact(q)));
+              });
           if (tid == 0) p.op.counters[tile_index] = 0;
           return;  // (the next segment starts with a barrier before reusing the tile's memory)
         }
-        for (int q = tid; q < rows * (kBlockColumns / 4); q += kThreads) {
-          const int row = q / (kBlockColumns / 4);
-          const int c4 = q % (kBlockColumns / 4);
-          if (c4 * 4 >= columns) continue;
-          const float4 v = *reinterpret_cast<const float4*>(tile + row * kPitch + c4 * 4);
-          atomicAdd(reinterpret_cast<float4*>(p.op.partial +
-                                              static_cast<std::size_t>(token0 + row) * p.op.n +
-                                              first_strip * kTileN + c4 * 4),
-                    v);
+        for (int q = tid; q < tq.slots(); q += kThreads) {
+          if (!tq.present(q)) continue;
+          atomicAdd(reinterpret_cast<float4*>(p.op.partial + tq.index(q)),
+                    *reinterpret_cast<const float4*>(tile + tq.offset(q)));
         }
       }
     }
@@ -676,28 +796,22 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     }
     if (whole) return;
     // The block that completes the tile's count converts it and leaves the workspace zero.
-    const int tile = column_tile * p.token_tiles + token_tile;
+    const int tile_index = column_tile * p.token_tiles + token_tile;
     __threadfence();
     __syncthreads();
     if (tid == 0) {
       // The counter adds up the k-stages of the tile's segments; the one that completes K fixes up.
-      const int before = atomicAdd(p.op.counters + tile, s1 - s0);
+      const int before = atomicAdd(p.op.counters + tile_index, s1 - s0);
       is_last = before + (s1 - s0) == p.k_stages;
-      if (is_last) p.op.counters[tile] = 0;
+      if (is_last) p.op.counters[tile_index] = 0;
     }
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-    const int first_column = first_strip * kTileN;
-    const int columns = min(kBlockColumns, p.op.n - first_column);
-    const int rows = min(kTokens, p.op.m - token0);
-    const int quads = rows * (columns / 4);
-    auto index_of = [&](int q) {
-      const int row = q / (columns / 4);
-      const int c4 = q - row * (columns / 4);
-      return static_cast<std::size_t>(token0 + row) * p.op.n + first_column + c4 * 4;
-    };
-    fix_up_tile<T, kThreads, 8>(tid, quads, index_of, p.op.partial, 0, 1, true, y);
+    const TileQuads tq = tile_quads(p.op.m, p.op.n, token0, first_strip * kTileN, kTokens, 0);
+    fix_up_tile<T, kThreads, 8>(
+        tid, tq.quads(), [&](int q) { return tq.index(tq.compact(q)); }, p.op.partial, 0, 1, true,
+        y);
   };  // segment
 
   // This block's units (w4a16_wgmma_partition.hpp): one split of one tile, or with stream-K an
@@ -726,12 +840,13 @@ struct WgmmaVariant {
 };
 
 template <typename T, int kWarpgroups, int kS, int kTokens, int kStages, int kMinBlocks,
-          bool kZeros, bool kFastCopy = false>
+          bool kZeros, bool kFastCopy = false, bool kScatter = false>
 WgmmaVariant make_variant() {
-  return {&k_w4a16_wgmma<T, kWarpgroups, kS, kTokens, kStages, kMinBlocks, kZeros, kFastCopy>,
-          kWarpgroups, kTokens, kStages,
-          // + 1024: the kernel aligns the stages' base up to 1024 bytes.
-          static_cast<std::size_t>(kStages) * StageLayout<kTokens>::kBytes + 1024};
+  return {
+      &k_w4a16_wgmma<T, kWarpgroups, kS, kTokens, kStages, kMinBlocks, kZeros, kFastCopy, kScatter>,
+      kWarpgroups, kTokens, kStages,
+      // + 1024: the kernel aligns the stages' base up to 1024 bytes.
+      static_cast<std::size_t>(kStages) * StageLayout<kTokens>::kBytes + 1024};
 }
 
 // 0: 32 tokens, 1 warpgroup x 4 strips; 1: 64 tokens, the same; 2: 128 tokens, 2 warpgroups x 2
@@ -744,7 +859,17 @@ WgmmaVariant make_variant() {
 constexpr int kVariants = 10;
 
 template <typename T, bool kZeros>
-WgmmaVariant wgmma_variant(int variant) {
+WgmmaVariant wgmma_variant(int variant, bool scatter) {
+  if (scatter) {  // the fast-copy variants' k-splits only (plan_wgmma)
+    switch (variant) {
+      case 7:
+        return make_variant<T, 2, 2, 32, 6, 2, kZeros, true, true>();
+      case 8:
+        return make_variant<T, 2, 2, 64, 5, 2, kZeros, true, true>();
+      default:
+        return make_variant<T, 2, 2, 128, 5, 1, kZeros, true, true>();
+    }
+  }
   switch (variant) {
     case 0:
       return make_variant<T, 1, 4, 32, 6, 1, kZeros>();
@@ -765,12 +890,13 @@ WgmmaVariant wgmma_variant(int variant) {
   }
 }
 
-WgmmaVariant wgmma_variant_for(ActivationType type, bool zeros, int variant) {
+WgmmaVariant wgmma_variant_for(ActivationType type, bool zeros, int variant, bool scatter) {
   if (type == ActivationType::kFloat16) {
-    return zeros ? wgmma_variant<__half, true>(variant) : wgmma_variant<__half, false>(variant);
+    return zeros ? wgmma_variant<__half, true>(variant, scatter)
+                 : wgmma_variant<__half, false>(variant, scatter);
   }
-  return zeros ? wgmma_variant<__nv_bfloat16, true>(variant)
-               : wgmma_variant<__nv_bfloat16, false>(variant);
+  return zeros ? wgmma_variant<__nv_bfloat16, true>(variant, scatter)
+               : wgmma_variant<__nv_bfloat16, false>(variant, scatter);
 }
 
 int column_tiles(const W4A16DeviceWeights& w) {
@@ -816,7 +942,7 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
       forced >= 0 && forced < kVariants) {
     variant = forced;
   }
-  const WgmmaVariant kernel = wgmma_variant_for(w.type, w.has_zeros, variant);
+  const WgmmaVariant kernel = wgmma_variant_for(w.type, w.has_zeros, variant, false);
   cudaFuncAttributes attributes{};
   GPUOPT_CUDA_TRY(
       cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel.function)));
@@ -892,23 +1018,53 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
   const bool stream_k = forced_stream_k == 1 || (forced_stream_k != 0 && stream_k_fits &&
                                                  env_int("GPUOPT_W4A16_WGMMA_SPLITS", 0) <= 0);
 
+  const long long blocks =
+      stream_k ? std::min<long long>(slots, static_cast<long long>(tiles) * k_stages)
+               : static_cast<long long>(tiles) * splits;
+
+  // The shared fix-up (WgmmaParams::scatter_slots): for the fast-copy variants' k-splits when
+  // every block is resident at once (one wave, launched cooperatively), at most 16 splits and 64
+  // MiB of slices (the workspace holds a [M][N] fp32 slice per split: 16.8 MB on 28672 x 8192 at
+  // M=64, against 2.1 MB for the atomic sums). GPUOPT_W4A16_WGMMA_SCATTER=0 keeps the atomic
+  // partial sums. (Stream-K keeps them: with the shared fix-up on the H200, 8192 x 28672 was no
+  // faster at M=64 and 1.1-2.1 us slower at M=32; its tiles' pieces end at different times.)
+  int scatter_slots = 0;
+  int cooperative = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+  if (!stream_k && splits > 1 && splits <= 16 && variant >= 7 && blocks <= slots &&
+      splits * partials_bytes(m, w.n) <= (std::size_t{64} << 20) && cooperative != 0 &&
+      env_int("GPUOPT_W4A16_WGMMA_SCATTER", 1) != 0) {
+    // Its own kernel instance (kScatter): the same shared memory, and as many blocks per SM, or
+    // the one wave would not be resident at once.
+    const WgmmaVariant scatter_kernel = wgmma_variant_for(w.type, w.has_zeros, variant, true);
+    GPUOPT_CUDA_TRY(cudaFuncSetAttribute(scatter_kernel.function,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(scatter_kernel.shared_bytes)));
+    int scatter_per_sm = 0;
+    GPUOPT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &scatter_per_sm, scatter_kernel.function, threads, scatter_kernel.shared_bytes));
+    if (scatter_per_sm >= per_sm) scatter_slots = splits;
+  }
+
   KernelPlan plan;
   plan.variant = variant;
+  plan.flags = scatter_slots;
   plan.threads = threads;
   plan.blocks_per_sm = per_sm;
   plan.splits = stream_k ? 0 : splits;  // 0: stream-K (as W4A16Config::splits says)
   plan.tiles = tiles;
-  plan.blocks =
-      stream_k
-          ? static_cast<int>(std::min<long long>(slots, static_cast<long long>(tiles) * k_stages))
-          : tiles * splits;
+  plan.blocks = static_cast<int>(blocks);
   plan.shared_bytes = kernel.shared_bytes;
-  plan.workspace_bytes = stream_k || splits > 1 ? split_workspace_bytes(m, w.n, tiles) : 0;
+  plan.workspace_bytes = scatter_slots > 0 ? scatter_slots * partials_bytes(m, w.n) +
+                                                 2 * static_cast<std::size_t>(tiles) * sizeof(int)
+                         : stream_k || splits > 1 ? split_workspace_bytes(m, w.n, tiles)
+                                                  : 0;
   plan.describe = "wgmma v" + std::to_string(variant) + " 256x" + std::to_string(kernel.tokens) +
                   " " + std::to_string(threads) + "thr " + std::to_string(kernel.stages) +
                   "st grid" + std::to_string(plan.blocks) + " (" + std::to_string(per_sm) +
                   "/SM) " +
-                  (stream_k ? std::string("stream-K") : std::to_string(splits) + " k-splits");
+                  (stream_k ? std::string("stream-K") : std::to_string(splits) + " k-splits") +
+                  (scatter_slots > 0 ? " shared-fixup" + std::to_string(scatter_slots) : "");
   return plan;
 #endif
 }
@@ -919,7 +1075,8 @@ Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, con
   if (plan.variant < 0 || plan.variant >= kVariants || plan.splits < 0) {
     return failed_precondition("W4A16 wgmma kernel: run without a plan from plan_wgmma");
   }
-  const WgmmaVariant kernel = wgmma_variant_for(w.type, w.has_zeros, plan.variant);
+  const WgmmaVariant kernel =
+      wgmma_variant_for(w.type, w.has_zeros, plan.variant, plan.flags > 0 && plan.variant >= 7);
   const bool fixup = stream_k || plan.splits > 1;
   if (fixup && workspace == nullptr) {
     return failed_precondition("W4A16 wgmma kernel: no workspace");
@@ -947,6 +1104,38 @@ Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, con
       p.group_shift >= 0 ? 0u : static_cast<std::uint32_t>(0xffffffffu / group_tiles + 1);
   if (plan.tiles != p.tiles || (!stream_k && plan.blocks != p.tiles * plan.splits)) {
     return failed_precondition("W4A16 wgmma kernel: the plan was made for another M or layer");
+  }
+  if (plan.flags > 0) {
+    // The shared fix-up: slices [slots][M][N] fp32, then the counters and the share counts.
+    unsigned char* const base = static_cast<unsigned char*>(workspace);
+    const std::size_t slice_bytes = partials_bytes(m, w.n);
+    p.scatter_slots = plan.flags;
+    p.slice_stride = slice_bytes / sizeof(float);
+    p.op.partial = static_cast<float*>(workspace);
+    p.op.counters = reinterpret_cast<int*>(base + plan.flags * slice_bytes);
+    p.done = p.op.counters + p.tiles;
+    // Its pieces wait for each other: every block must be resident at once, which a cooperative
+    // launch guarantees (or refuses).
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeCooperative;
+    attribute.val.cooperative = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(plan.blocks));
+    config.blockDim = dim3(static_cast<unsigned>(plan.threads));
+    config.dynamicSmemBytes = plan.shared_bytes;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    const cudaError_t launched = cudaLaunchKernelEx(&config, kernel.function, p);
+    if (launched == cudaErrorCooperativeLaunchTooLarge) {
+      (void)cudaGetLastError();
+      return failed_precondition(
+          "W4A16 wgmma kernel: the shared fix-up's " + std::to_string(plan.blocks) +
+          " blocks cannot all be resident on this stream's SMs (a green-context partition smaller "
+          "than the GPU the plan was made for?); plan with GPUOPT_W4A16_WGMMA_SCATTER=0");
+    }
+    GPUOPT_CUDA_TRY(launched);
+    return ok_status();
   }
   kernel.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);
   GPUOPT_CUDA_TRY_LAUNCH();

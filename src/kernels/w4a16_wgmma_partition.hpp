@@ -53,4 +53,26 @@ GPUOPT_HOST_DEVICE WgmmaSegment wgmma_segment(long long u, long long end, int k_
   return {tile, s0, s1};
 }
 
+// Where a k-split block's piece of its tile sits, for the shared fix-up (each piece stores its
+// partial into its own workspace slice, then every piece waits for the others and converts a share
+// of the tile): slot = the split, one of `pieces` = splits, and its share is slot of `pieces`.
+// 32-bit arithmetic only: in the kernel a 64-bit division is a subroutine call, and the epilogue's
+// code weighs on the main loop's register allocation (w4a16_wgmma.cu, kScatter).
+struct WgmmaPieces {
+  int slot, pieces;
+};
+
+GPUOPT_HOST_DEVICE WgmmaPieces wgmma_split_pieces(int block, int splits, int token_tiles) {
+  return {(block / token_tiles) % splits, splits};
+}
+
+// A tile of `quads` quads cut into `pieces` shares: share `slot` is [begin, end).
+struct WgmmaShare {
+  int begin, end;
+};
+
+GPUOPT_HOST_DEVICE WgmmaShare wgmma_share(int quads, int slot, int pieces) {
+  return {quads * slot / pieces, quads * (slot + 1) / pieces};
+}
+
 }  // namespace gpuopt::kernels::w4a16_detail

@@ -97,9 +97,11 @@ TEST(W4A16WgmmaGpuSplits, ForcedSplitsLeaveTheWorkspaceClean) {
 // The fast-copy variants (7-9) with forced k-splits: their split-K partials go through shared
 // memory and 16-byte atomics (N % 256 != 0 leaves a partial column tile, M % tokens != 0 a partial
 // token tile), and their scale/zero copies skip the k16 tiles inside a group (group 32 = 2 tiles,
-// so a stage holds two groups; splits that start mid-group).
+// so a stage holds two groups; splits that start mid-group). The atomic partial sums are forced
+// (GPUOPT_W4A16_WGMMA_SCATTER=0): k-splits in one wave take the shared fix-up by default.
 TEST(W4A16WgmmaGpuSplits, FastCopyForcedSplits) {
   GPUOPT_REQUIRE_SM90();
+  ScopedEnv atomics("GPUOPT_W4A16_WGMMA_SCATTER", 0);
   for (int variant : {7, 8, 9}) {
     ScopedEnv forced_variant("GPUOPT_W4A16_WGMMA_VARIANT", variant);
     for (int splits : {1, 2, 3, 7}) {
@@ -131,6 +133,27 @@ TEST(W4A16WgmmaGpuSplits, StreamKMatchesTwin) {
     check_case({ActivationType::kFloat16, kFormats[3], 64, 33, 1344, 320, wgmma_options()}, 2);
   }
   check_case({ActivationType::kFloat16, kFormats[0], 128, 64, 4096, 3584, wgmma_options()}, 4);
+}
+
+// The shared fix-up of k-splits (each split stores its partial into its own workspace slice, waits
+// for the tile's other splits and converts a share), the default where the splits fit one wave;
+// describe() names it, so these cases know it ran. Each case runs several times (the counters must
+// be left zero), with partial column and token tiles and splits that do not divide the stages.
+TEST(W4A16WgmmaGpuSplits, SharedFixUpMatchesTwin) {
+  GPUOPT_REQUIRE_SM90();
+  for (int variant : {7, 8, 9}) {
+    ScopedEnv forced_variant("GPUOPT_W4A16_WGMMA_VARIANT", variant);
+    for (int splits : {2, 3, 8, 16}) {
+      ScopedEnv forced("GPUOPT_W4A16_WGMMA_SPLITS", splits);
+      SCOPED_TRACE("variant " + std::to_string(variant) + " splits " + std::to_string(splits));
+      check_case({ActivationType::kFloat16, kFormats[2], 32, 100, 2112, 704, wgmma_options()}, 3,
+                 "shared-fixup");
+      check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 3072, 448, wgmma_options()}, 2,
+                 "shared-fixup");
+      check_case({ActivationType::kFloat16, kFormats[3], 64, 33, 1344, 320, wgmma_options()}, 2,
+                 "shared-fixup");
+    }
+  }
 }
 
 TEST(W4A16WgmmaGpuLarge, LargerLayer) {

@@ -108,5 +108,46 @@ TEST(W4A16WgmmaPartition, StreamKSegmentsPerBlock) {
   EXPECT_EQ(whole, 4);
 }
 
+// The shared fix-up of k-splits: each block's slot is its split (so the tile's slots are
+// 0..splits-1, each once), and the shares of a tile's quads cover them exactly once for any quad
+// count.
+TEST(W4A16WgmmaPartition, SplitPiecesAndShares) {
+  for (const Layout& l : {Layout{32, 448, 8, 1, 0}, Layout{6, 48, 7, 3, 0}, Layout{2, 17, 3, 1, 0},
+                          Layout{6, 21, 16, 2, 0}}) {
+    SCOPED_TRACE(name(l));
+    std::vector<std::vector<int>> slots(l.tiles);
+    for (int b = 0; b < l.tiles * l.splits; ++b) {
+      const WgmmaUnits units = wgmma_block_units(b, l.tiles * l.splits, l.tiles, l.k_stages,
+                                                 l.splits, l.token_tiles, false);
+      const int tile = static_cast<int>(units.begin / l.k_stages);
+      const WgmmaPieces pieces = wgmma_split_pieces(b, l.splits, l.token_tiles);
+      EXPECT_EQ(pieces.pieces, l.splits);
+      // The split is the block's place in its tile's k-range.
+      EXPECT_EQ(units.begin - static_cast<long long>(tile) * l.k_stages,
+                static_cast<long long>(pieces.slot) * l.k_stages / l.splits)
+          << "block " << b;
+      slots[tile].push_back(pieces.slot);
+    }
+    for (int t = 0; t < l.tiles; ++t) {
+      std::vector<int> seen(l.splits, 0);
+      for (int slot : slots[t]) ++seen[slot];
+      for (int s = 0; s < l.splits; ++s) EXPECT_EQ(seen[s], 1) << "tile " << t << " slot " << s;
+    }
+  }
+  for (int quads : {1, 7, 64, 1000, 4096, 8192}) {
+    for (int pieces : {1, 2, 3, 8, 16}) {
+      std::vector<int> covered(quads, 0);
+      for (int slot = 0; slot < pieces; ++slot) {
+        const WgmmaShare share = wgmma_share(quads, slot, pieces);
+        ASSERT_LE(share.begin, share.end);
+        for (int q = share.begin; q < share.end; ++q) ++covered[q];
+      }
+      for (int q = 0; q < quads; ++q) {
+        ASSERT_EQ(covered[q], 1) << quads << " quads, " << pieces << " pieces, quad " << q;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpuopt::kernels::w4a16_detail
