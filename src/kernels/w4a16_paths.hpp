@@ -14,7 +14,8 @@ namespace gpuopt::kernels::w4a16_detail {
 inline std::size_t align256(std::size_t value) { return (value + 255) / 256 * 256; }
 
 // The split-K workspace of the direct and wgmma kernels: fp32 partials [M][N], then one int counter
-// per fix-up tile (`tiles`). All zero between runs.
+// per fix-up tile (`tiles`). All zero between runs. (The wgmma kernel's shared fix-up of k-splits
+// lays out its own: a slice per split, then two counters per tile; run_wgmma.)
 inline std::size_t partials_bytes(int m, int n) {
   return align256(static_cast<std::size_t>(m) * n * sizeof(float));
 }
@@ -37,7 +38,8 @@ struct KernelPlan {
   int tiles = 0;   // output tiles with a fix-up counter
   int flags = 0;   // file-specific options decided at plan time (environment overrides included)
   std::size_t shared_bytes = 0;
-  std::size_t workspace_bytes = 0;  // zeroed once by initialize(); the kernel leaves it zero
+  std::size_t workspace_bytes = 0;  // zeroed once by initialize(); the kernel leaves its counters
+                                    // (and, but for the shared fix-up's slices, its sums) zero
   std::string describe;             // for W4A16Config::describe()
 };
 

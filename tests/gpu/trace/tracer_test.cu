@@ -98,7 +98,10 @@ TEST_F(TracerGpuTest, KnownWorkloadHasExactlyTheKnownCounts) {
   EXPECT_GT(summary.devices[0].stream_overlap_ns, 0u);  // the two streams ran side by side
 }
 
-TEST_F(TracerGpuTest, KernelDurationsWithinFivePercentOfEvents) {
+// Each traced kernel lasts what the CUDA events around it say, within 5 % or 75 us: the events
+// also bracket the launch, which under activity tracing took up to 58 us more than the kernel on
+// one H200 lease (2026-11-30, a 1.0 ms kernel: events 1.059 ms), a fixed cost, not a share.
+TEST_F(TracerGpuTest, KernelDurationsMatchEvents) {
   std::vector<KernelTiming> timings;
   const TraceData data = traced_run(&timings);
   ASSERT_EQ(timings.size(), 7u);
@@ -128,8 +131,9 @@ TEST_F(TracerGpuTest, KernelDurationsWithinFivePercentOfEvents) {
     const double traced_ms = static_cast<double>(kernel->duration_ns()) / 1e6;
     const double error = std::abs(traced_ms - timing.event_ms) / timing.event_ms;
     worst = std::max(worst, error);
-    EXPECT_LT(error, 0.05) << timing.kernel << " on stream " << timing.stream << ": traced "
-                           << traced_ms << " ms, events " << timing.event_ms << " ms";
+    EXPECT_TRUE(error < 0.05 || std::abs(traced_ms - timing.event_ms) < 0.075)
+        << timing.kernel << " on stream " << timing.stream << ": traced " << traced_ms
+        << " ms, events " << timing.event_ms << " ms";
     EXPECT_GT(traced_ms, 0.5);  // the kernels spin for 0.8..1.2 ms
   }
   std::printf("max kernel duration error vs CUDA events: %.3f%%\n", worst * 100);
