@@ -276,6 +276,7 @@ __device__ __forceinline__ void dequantize_scaled(std::uint32_t word, const Cons
   a[1] = as_bits(__hmul2(__hsub2(as_pair<Pair>(v2), as_pair<Pair>(k.sub[2 * i + 1])), s1));
   a[3] = as_bits(__hmul2(__hsub2(as_pair<Pair>(v3), as_pair<Pair>(k.sub[2 * i + 1])), s1));
 }
+
 // A tile's fp32 quads (4 columns of one token) in the fix-ups, in two numberings. Slots: q = row *
 // 64 + c4 over the block's full 256 columns, quad q present when c4 < row_quads (the last column
 // tile of N % 256 != 0 has fewer): shifts and masks only. Compact (fix_up_tile's): q = row *
