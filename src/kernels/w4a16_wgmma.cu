@@ -1128,14 +1128,21 @@ Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, con
     config.attrs = &attribute;
     config.numAttrs = 1;
     const cudaError_t launched = cudaLaunchKernelEx(&config, kernel.function, p);
-    if (launched == cudaErrorCooperativeLaunchTooLarge) {
-      (void)cudaGetLastError();
-      return failed_precondition(
-          "W4A16 wgmma kernel: the shared fix-up's " + std::to_string(plan.blocks) +
-          " blocks cannot all be resident on this stream's SMs (a green-context partition smaller "
-          "than the GPU the plan was made for?); plan with GPUOPT_W4A16_WGMMA_SCATTER=0");
+    if (launched != cudaErrorCooperativeLaunchTooLarge) {
+      GPUOPT_CUDA_TRY(launched);
+      return ok_status();
     }
-    GPUOPT_CUDA_TRY(launched);
+    // The blocks cannot all be resident on this stream's SMs (a green-context partition smaller
+    // than the GPU the plan was made for): the same grid with the atomic partial sums instead,
+    // into slice 0 zeroed here (that kernel leaves it zero) and the same counters (zero between
+    // runs either way).
+    (void)cudaGetLastError();
+    GPUOPT_CUDA_TRY(
+        cudaMemsetAsync(workspace, 0, static_cast<std::size_t>(m) * w.n * sizeof(float), stream));
+    p.scatter_slots = 0;
+    const WgmmaVariant atomic = wgmma_variant_for(w.type, w.has_zeros, plan.variant, false);
+    atomic.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);
+    GPUOPT_CUDA_TRY_LAUNCH();
     return ok_status();
   }
   kernel.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);

@@ -71,7 +71,10 @@ struct Device {
 // Builds the layer through the checkpoint format (pack, unpack), runs it `runs` times (the
 // stream-K workspace must be left clean), and compares each output with the CPU twin. With
 // `describe_has`, the chosen configuration's describe() must contain it (the kernel meant to run).
-inline void check_case(const Case& c, int runs = 1, const char* describe_has = nullptr) {
+// With `on_stream`, everything runs on that stream (e.g. one of a green-context partition) instead
+// of a new one.
+inline void check_case(const Case& c, int runs = 1, const char* describe_has = nullptr,
+                       cudaStream_t on_stream = nullptr) {
   std::random_device seed_source;
   const std::uint64_t seed = (static_cast<std::uint64_t>(seed_source()) << 32) | seed_source();
   SCOPED_TRACE(case_name(c) + " seed " + std::to_string(seed));
@@ -93,8 +96,11 @@ inline void check_case(const Case& c, int runs = 1, const char* describe_has = n
   const std::vector<float> expected = w4a16_reference(*weights, x.data(), c.m);
 
   Device device;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&device.stream, cudaStreamNonBlocking), cudaSuccess);
-  auto device_weights = W4A16DeviceWeights::upload(*weights, device.stream);
+  if (on_stream == nullptr) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&device.stream, cudaStreamNonBlocking), cudaSuccess);
+  }
+  const cudaStream_t stream = on_stream != nullptr ? on_stream : device.stream;
+  auto device_weights = W4A16DeviceWeights::upload(*weights, stream);
   ASSERT_TRUE(device_weights.ok()) << device_weights.status().to_string();
   void* dx = device.allocate(x.size() * 2);
   const std::size_t y_bytes = static_cast<std::size_t>(c.m) * c.n * 2;
@@ -107,7 +113,7 @@ inline void check_case(const Case& c, int runs = 1, const char* describe_has = n
   auto workspace_bytes = gemm.workspace_size(arguments);
   ASSERT_TRUE(workspace_bytes.ok()) << workspace_bytes.status().to_string();
   void* workspace = device.allocate(*workspace_bytes);
-  ASSERT_TRUE(gemm.initialize(arguments, workspace, device.stream).ok());
+  ASSERT_TRUE(gemm.initialize(arguments, workspace, stream).ok());
   if (c.options.force_path == 1) {
     EXPECT_EQ(gemm.config().path, W4A16Path::kDequantCublas);
   }
@@ -119,13 +125,12 @@ inline void check_case(const Case& c, int runs = 1, const char* describe_has = n
   const double tolerance = c.type == ActivationType::kFloat16 ? 1e-3 : 5e-3;
   for (int run = 0; run < runs; ++run) {
     // Poison: 0xFFFF is NaN in fp16 and bf16, so an unwritten element fails the comparison.
-    ASSERT_EQ(cudaMemsetAsync(dy, 0xff, y_bytes, device.stream), cudaSuccess);
-    const Status status = gemm.run(device.stream);
+    ASSERT_EQ(cudaMemsetAsync(dy, 0xff, y_bytes, stream), cudaSuccess);
+    const Status status = gemm.run(stream);
     ASSERT_TRUE(status.ok()) << status.to_string();
     std::vector<std::uint16_t> y(static_cast<std::size_t>(c.m) * c.n);
-    ASSERT_EQ(cudaMemcpyAsync(y.data(), dy, y_bytes, cudaMemcpyDeviceToHost, device.stream),
-              cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(device.stream), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(y.data(), dy, y_bytes, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     double diff = 0, norm = 0;
     std::size_t non_finite = 0;
     for (std::size_t i = 0; i < y.size(); ++i) {
