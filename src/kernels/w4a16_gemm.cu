@@ -1048,7 +1048,10 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
   //   UTC, the int4 kernel forced): with K < N, 3584 x 18944 (Qwen2-7B) 1.08x at M = 33, 1.01x
   //   at 40, 0.96x at 48, and 4096 x 14336 1.13-1.14x at 40, 1.02-1.04x at 48, 0.95-0.96x at 56
   //   -> from 40; with K >= N (14336 x 4096, 8192 x 8192, 18944 x 3584) at least 1.05x at every
-  //   M up to 64, 18944 x 3584 0.93x at 65 (128-token tiles) -> from 65;
+  //   M up to 64, and since the k-splits' shared fix-up (2026-11-30 18:38 UTC, same call, two
+  //   repetitions) 1.09 / 1.19 / 1.13x at M = 65, 1.06-1.07 / 1.22-1.23 / 1.15-1.16x at 96,
+  //   1.04-1.06 / 1.18-1.19 / 1.14x at 128 (8192 x 8192 back to back 0.99-1.01x there), 0.61 /
+  //   0.74 / 0.70x at 160 -> from 129 (before it, 18944 x 3584 was 0.93x at 65);
   // - smaller layers: 4096 x 4096 ties cuBLAS at M = 17..32 (int4 15.8-16.4 us vs cuBLAS
   //   15.6-17.4 over five runs) and loses from 33 (0.91x) -> from 33.
   // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel, slower
@@ -1060,7 +1063,7 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
   }
   const long long size = static_cast<long long>(weights.k) * weights.n;
   if (size >= (1ll << 27)) return 129;
-  if (size >= (1ll << 25)) return weights.k >= weights.n ? 65 : 40;
+  if (size >= (1ll << 25)) return weights.k >= weights.n ? 129 : 40;
   return 33;
 }
 

@@ -228,7 +228,7 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     ASSERT_TRUE(weights.ok()) << weights.status().to_string();
     const StatusOr<int> from = W4A16Gemm::auto_fallback_min_m(*weights, 0);
     ASSERT_TRUE(from.ok()) << from.status().to_string();
-    // 1024 x 512 hands over at 33, 2^25 <= K x N < 2^27 at 40 (K < N) or 65 (K >= N), K x N >=
+    // 1024 x 512 hands over at 33, 2^25 <= K x N < 2^27 at 40 (K < N) or 129 (K >= N), K x N >=
     // 2^27 at 129; 17 where the wgmma kernel cannot run (told apart by forcing it: force_path 5
     // fails to plan there).
     W4A16Options wgmma_only;
@@ -238,7 +238,7 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     const bool has_wgmma = probe.workspace_size({32, probe_io, probe_io, &*weights}).ok();
     EXPECT_EQ(*from, !has_wgmma           ? 17
                      : k * n >= (1 << 27) ? 129
-                     : k * n >= (1 << 25) ? (k >= n ? 65 : 40)
+                     : k * n >= (1 << 25) ? (k >= n ? 129 : 40)
                                           : 33)
         << k << "x" << n;
     void* dx = device.allocate(static_cast<std::size_t>(*from) * k * 2);
