@@ -49,13 +49,12 @@ struct WgmmaParams {
   // grid is one wave and block b takes the (tile, 64-k stage) units [b T / B, (b + 1) T / B) of
   // all T = tiles x k_stages laid end to end, one segment per tile it touches.
   int stream_k;
-  // The shared fix-up of k-splits (> 0: the splits, each with a slice of slice_stride floats in
-  // the workspace; 0: 16-byte atomics into one [M][N] sum, the tile's last piece converting it).
-  // Each split stores its partial into its slice, fences and counts, waits for the tile's other
-  // splits and converts its share, adding the slices in split order; `done` counts the shares and
-  // the last resets both counters. Needs every block resident at once: run_wgmma launches it
-  // cooperatively.
-  int scatter_slots;
+  // The shared fix-up of k-splits (the kScatter instances; the others add 16-byte atomics into one
+  // [M][N] sum, the tile's last piece converting it): each of the `splits` pieces has a slice of
+  // slice_stride floats in the workspace; it stores its partial there, fences and counts, waits for
+  // the tile's other splits and converts its share, adding the slices in split order; `done` counts
+  // the shares and the last resets both counters. Needs every block resident at once: run_wgmma
+  // launches it cooperatively.
   std::size_t slice_stride;
   int* done;  // [tiles]
 };
@@ -310,7 +309,7 @@ __device__ __forceinline__ TileQuads tile_quads(int m, int n, int token0, int fi
   return {static_cast<std::size_t>(token0) * n + first_column, n, columns / 4, rows, pitch};
 }
 
-// The shared fix-up (WgmmaParams::scatter_slots) of a k-split's piece of a tile, its fp32 partial
+// The shared fix-up (WgmmaParams::slice_stride) of a k-split's piece of a tile, its fp32 partial
 // in shared memory (`tile`, rows of tq.pitch floats), in two steps. store_piece: the piece stores
 // its partial into its slice (all but its own share of the conversion, which it reads from shared
 // memory), fences and counts. convert_share: waits until every piece is counted and converts its
@@ -395,12 +394,13 @@ __device__ __forceinline__ void convert_share(const float* tile, TileQuads tq, c
 // tile's scales/zeros only where the decode loop reads them (the first tile of the split and of
 // each group), not for every k16 tile.
 
-// kScatter (fast-copy variants only): the shared fix-up of k-splits (WgmmaParams::scatter_slots)
+// kScatter (fast-copy variants only): the shared fix-up of k-splits (WgmmaParams::slice_stride)
 // in place of the atomic partial sums. A template parameter, not a runtime branch: in the same
-// kernel its code changed ptxas's allocation of the main loop (up to 4 % more SASS instructions a
-// stage, the group constants reloaded from the constant bank), and the 64-token variant ran ~5 %
-// slower on the H200 even where the fix-up was not taken. The kScatter instances keep that cost
-// (301 against 288 instructions a stage at 64 tokens); their fix-up gains more.
+// kernel its code changed ptxas's allocation of the main loop (1-10 % more SASS instructions a
+// stage depending on the form, or the group constants reloaded from the constant bank), and the
+// 64-token variant ran 5-10 % slower on the H200 even where the fix-up was not taken. The kScatter
+// instance's own loop was 301 instructions at 64 tokens while WgmmaParams carried an unused int for
+// it; without that field it is 286 (the others 287), and 28672 x 8192 M=64 ran 69.6 -> 67.1 us.
 template <typename T, int kWarpgroups, int kS, int kTokens, int kStages, int kMinBlocks,
           bool kZeros, bool kFastCopy = false, bool kScatter = false>
 __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
@@ -900,6 +900,12 @@ WgmmaVariant wgmma_variant_for(ActivationType type, bool zeros, int variant, boo
                : wgmma_variant<__nv_bfloat16, false>(variant, scatter);
 }
 
+// The shared fix-up's workspace: a [M][N] fp32 slice per split, then a counter and a share count
+// per tile. The counters' offset (the whole is that plus two ints per tile).
+std::size_t scatter_counters_offset(int splits, int m, int n) {
+  return static_cast<std::size_t>(splits) * partials_bytes(m, n);
+}
+
 int column_tiles(const W4A16DeviceWeights& w) {
   return (w.n / kTileN + kBlockStrips - 1) / kBlockStrips;
 }
@@ -1023,7 +1029,7 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
       stream_k ? std::min<long long>(slots, static_cast<long long>(tiles) * k_stages)
                : static_cast<long long>(tiles) * splits;
 
-  // The shared fix-up (WgmmaParams::scatter_slots): for the fast-copy variants' k-splits when
+  // The shared fix-up (kScatter instances): for the fast-copy variants' k-splits when
   // every block is resident at once (one wave, launched cooperatively), at most 16 splits and 64
   // MiB of slices (the workspace holds a [M][N] fp32 slice per split: 16.8 MB on 28672 x 8192 at
   // M=64, against 2.1 MB for the atomic sums). GPUOPT_W4A16_WGMMA_SCATTER=0 keeps the atomic
@@ -1033,7 +1039,7 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
   int cooperative = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
   if (!stream_k && splits > 1 && splits <= 16 && variant >= 7 && blocks <= slots &&
-      splits * partials_bytes(m, w.n) <= (std::size_t{64} << 20) && cooperative != 0 &&
+      scatter_counters_offset(splits, m, w.n) <= (std::size_t{64} << 20) && cooperative != 0 &&
       env_int("GPUOPT_W4A16_WGMMA_SCATTER", 1) != 0) {
     // Its own kernel instance (kScatter): the same shared memory, and as many blocks per SM, or
     // the one wave would not be resident at once.
@@ -1056,7 +1062,7 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
   plan.tiles = tiles;
   plan.blocks = static_cast<int>(blocks);
   plan.shared_bytes = kernel.shared_bytes;
-  plan.workspace_bytes = scatter_slots > 0 ? scatter_slots * partials_bytes(m, w.n) +
+  plan.workspace_bytes = scatter_slots > 0 ? scatter_counters_offset(scatter_slots, m, w.n) +
                                                  2 * static_cast<std::size_t>(tiles) * sizeof(int)
                          : stream_k || splits > 1 ? split_workspace_bytes(m, w.n, tiles)
                                                   : 0;
@@ -1107,13 +1113,11 @@ Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, con
     return failed_precondition("W4A16 wgmma kernel: the plan was made for another M or layer");
   }
   if (plan.flags > 0) {
-    // The shared fix-up: slices [slots][M][N] fp32, then the counters and the share counts.
-    unsigned char* const base = static_cast<unsigned char*>(workspace);
-    const std::size_t slice_bytes = partials_bytes(m, w.n);
-    p.scatter_slots = plan.flags;
-    p.slice_stride = slice_bytes / sizeof(float);
+    // The shared fix-up (plan.flags = its splits): slices, then the counters and the share counts.
+    p.slice_stride = partials_bytes(m, w.n) / sizeof(float);
     p.op.partial = static_cast<float*>(workspace);
-    p.op.counters = reinterpret_cast<int*>(base + plan.flags * slice_bytes);
+    p.op.counters = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) +
+                                           scatter_counters_offset(plan.flags, m, w.n));
     p.done = p.op.counters + p.tiles;
     // Its pieces wait for each other: every block must be resident at once, which a cooperative
     // launch guarantees (or refuses).
@@ -1139,7 +1143,6 @@ Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, con
     (void)cudaGetLastError();
     GPUOPT_CUDA_TRY(
         cudaMemsetAsync(workspace, 0, static_cast<std::size_t>(m) * w.n * sizeof(float), stream));
-    p.scatter_slots = 0;
     const WgmmaVariant atomic = wgmma_variant_for(w.type, w.has_zeros, plan.variant, false);
     atomic.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);
     GPUOPT_CUDA_TRY_LAUNCH();
