@@ -1025,9 +1025,13 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
   const bool stream_k = forced_stream_k == 1 || (forced_stream_k != 0 && stream_k_fits &&
                                                  env_int("GPUOPT_W4A16_WGMMA_SPLITS", 0) <= 0);
 
-  const long long blocks =
-      stream_k ? std::min<long long>(slots, static_cast<long long>(tiles) * k_stages)
-               : static_cast<long long>(tiles) * splits;
+  long long blocks = stream_k ? std::min<long long>(slots, static_cast<long long>(tiles) * k_stages)
+                              : static_cast<long long>(tiles) * splits;
+  // Tests: a stream-K grid of any size (over a wave, later blocks start after the pieces before
+  // them have finished, so a block's first piece is often the last of its tile to be counted).
+  if (const int forced = env_int("GPUOPT_W4A16_WGMMA_STREAMK_BLOCKS", 0); stream_k && forced > 0) {
+    blocks = std::min<long long>(forced, static_cast<long long>(tiles) * k_stages);
+  }
 
   // The shared fix-up (kScatter instances): for the fast-copy variants' k-splits when
   // every block is resident at once (one wave, launched cooperatively), at most 16 splits and 64

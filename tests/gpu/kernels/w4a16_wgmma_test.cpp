@@ -41,6 +41,17 @@ W4A16Options wgmma_options() {
   return options;
 }
 
+// The split-K cases: N % 256 != 0 (a partial column tile), M % tokens != 0 (a partial token
+// tile), groups of 32 / 128 / per-channel, fp16 and bf16; describe_has as in check_case.
+void check_split_cases(const char* describe_has = nullptr) {
+  check_case({ActivationType::kFloat16, kFormats[2], 32, 100, 2112, 704, wgmma_options()}, 3,
+             describe_has);
+  check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 3072, 448, wgmma_options()}, 2,
+             describe_has);
+  check_case({ActivationType::kFloat16, kFormats[3], 64, 33, 1344, 320, wgmma_options()}, 2,
+             describe_has);
+}
+
 std::vector<Case> format_cases() {
   std::vector<Case> cases;
   const int ms[] = {32, 33, 64, 100, 128, 256, 300};
@@ -107,9 +118,7 @@ TEST(W4A16WgmmaGpuSplits, FastCopyForcedSplits) {
     for (int splits : {1, 2, 3, 7}) {
       ScopedEnv forced("GPUOPT_W4A16_WGMMA_SPLITS", splits);
       SCOPED_TRACE("variant " + std::to_string(variant) + " splits " + std::to_string(splits));
-      check_case({ActivationType::kFloat16, kFormats[2], 32, 100, 2112, 704, wgmma_options()}, 3);
-      check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 3072, 448, wgmma_options()}, 2);
-      check_case({ActivationType::kFloat16, kFormats[3], 64, 33, 1344, 320, wgmma_options()}, 2);
+      check_split_cases();
     }
   }
 }
@@ -135,6 +144,22 @@ TEST(W4A16WgmmaGpuSplits, StreamKMatchesTwin) {
   check_case({ActivationType::kFloat16, kFormats[0], 128, 64, 4096, 3584, wgmma_options()}, 4);
 }
 
+// Stream-K on forced grids: 3 blocks (each runs several whole tiles between its partial ones) and
+// grids of several waves, where a later block's first piece is often the last of its tile to be
+// counted and converts it (timing decides which piece does; every result is checked).
+TEST(W4A16WgmmaGpuSplits, StreamKForcedGridsMatchTwin) {
+  GPUOPT_REQUIRE_SM90();
+  ScopedEnv stream_k("GPUOPT_W4A16_WGMMA_STREAMK", 1);
+  for (int variant : {7, 8}) {
+    ScopedEnv forced_variant("GPUOPT_W4A16_WGMMA_VARIANT", variant);
+    for (int blocks : {3, 700, 2000}) {
+      ScopedEnv forced_blocks("GPUOPT_W4A16_WGMMA_STREAMK_BLOCKS", blocks);
+      SCOPED_TRACE("variant " + std::to_string(variant) + " blocks " + std::to_string(blocks));
+      check_split_cases("stream-K");
+    }
+  }
+}
+
 // The shared fix-up of k-splits (each split stores its partial into its own workspace slice, waits
 // for the tile's other splits and converts a share), the default where the splits fit one wave;
 // describe() names it, so these cases know it ran. Each case runs several times (the counters must
@@ -146,12 +171,7 @@ TEST(W4A16WgmmaGpuSplits, SharedFixUpMatchesTwin) {
     for (int splits : {2, 3, 8, 16}) {
       ScopedEnv forced("GPUOPT_W4A16_WGMMA_SPLITS", splits);
       SCOPED_TRACE("variant " + std::to_string(variant) + " splits " + std::to_string(splits));
-      check_case({ActivationType::kFloat16, kFormats[2], 32, 100, 2112, 704, wgmma_options()}, 3,
-                 "shared-fixup");
-      check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 3072, 448, wgmma_options()}, 2,
-                 "shared-fixup");
-      check_case({ActivationType::kFloat16, kFormats[3], 64, 33, 1344, 320, wgmma_options()}, 2,
-                 "shared-fixup");
+      check_split_cases("shared-fixup");
     }
   }
 }
