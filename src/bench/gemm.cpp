@@ -14,6 +14,7 @@
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
+#include "gpuopt/runtime/partition.hpp"
 #include "stream_read.hpp"
 
 #if GPUOPT_CUDA
@@ -38,8 +39,10 @@ constexpr int kSequence = 10;
 // Sweeps on the GPU machine without new CLI flags: GPUOPT_GEMM_M="1,64" limits the batch sizes,
 // GPUOPT_GEMM_FORCE_PATH sets W4A16Options::force_path, GPUOPT_GEMM_DETERMINISTIC=1 sets
 // W4A16Options::deterministic, GPUOPT_GEMM_FALLBACK_MIN_M sets W4A16Options::fallback_min_m (0 =
-// never cuBLAS), GPUOPT_GEMM_TIMING the order of the timings (timing_order below)
-// (docs/w4a16-gemm.md).
+// never cuBLAS), GPUOPT_GEMM_TIMING the order of the timings (timing_order below),
+// GPUOPT_GEMM_SMS=N every timing (gpuopt, cuBLAS, the reads) on a green-context partition of N SMs
+// with gpuopt planned for it (W4A16Options::sm_count), GPUOPT_GEMM_SM_COUNT the SMs gpuopt is
+// planned for there instead (0 = the whole GPU, as without the option) (docs/w4a16-gemm.md).
 [[maybe_unused]] std::vector<int> batch_sizes() {
   const char* text = std::getenv("GPUOPT_GEMM_M");
   if (text == nullptr || *text == '\0') return kBatchSizes;
@@ -52,6 +55,11 @@ constexpr int kSequence = 10;
     p = *end == ',' ? end + 1 : end;
   }
   return sizes.empty() ? kBatchSizes : sizes;
+}
+
+[[maybe_unused]] int env_count(const char* name, int fallback) {
+  const char* text = std::getenv(name);
+  return text == nullptr || *text == '\0' ? fallback : std::atoi(text);
 }
 
 [[maybe_unused]] kernels::W4A16Options options_from_environment() {
@@ -243,11 +251,25 @@ class ShapeTestcase : public Testcase {
     const int n = shape_.n;
     const int max_m = kBatchSizes.back();
     const std::vector<int> sizes = batch_sizes();
-    const kernels::W4A16Options gemm_options = options_from_environment();
+    kernels::W4A16Options gemm_options = options_from_environment();
     const TimingOrder order = timing_order();
     Stream owned;
     GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&owned.stream, cudaStreamNonBlocking));
     cudaStream_t stream = owned.stream;
+    // GPUOPT_GEMM_SMS: the partition's stream in place of the whole GPU's (no fallback: without
+    // green contexts the testcase fails, saying why).
+    std::unique_ptr<runtime::PartitionPlan> partition;
+    int partition_sms = 0;
+    if (const int wanted = env_count("GPUOPT_GEMM_SMS", 0); wanted > 0) {
+      GPUOPT_ASSIGN_OR_RETURN(const runtime::Device device, runtime::Device::open(options.device));
+      GPUOPT_ASSIGN_OR_RETURN(
+          partition, runtime::PartitionPlan::create(
+                         device, {{"gemm", wanted, runtime::Priority::kNormal, 1}}, false));
+      GPUOPT_ASSIGN_OR_RETURN(const runtime::Workload* workload, partition->workload("gemm"));
+      stream = static_cast<cudaStream_t>(workload->stream(0));
+      partition_sms = workload->sm_count();
+      gemm_options.sm_count = env_count("GPUOPT_GEMM_SM_COUNT", partition_sms);
+    }
 
     // Quantized weights, fp16 and bf16 flavours, rotated.
     std::vector<kernels::W4A16DeviceWeights> weights[2];
@@ -470,6 +492,15 @@ class ShapeTestcase : public Testcase {
     result.data["stream_read_16_warps_spread"] = read16.relative_spread();
     result.data["rows"] = rows;
     result.data["min_speedup_vs_cublas_fp16"] = min_speedup;
+    if (partition != nullptr) {
+      result.data["partition_sms"] = partition_sms;
+      result.data["planned_sms"] = gemm_options.sm_count;
+      result.notes.push_back(
+          fmt::format("on a green-context partition of {} SMs ({}); gpuopt planned for {}",
+                      partition_sms, partition->describe(),
+                      gemm_options.sm_count > 0 ? fmt::format("{} SMs", gemm_options.sm_count)
+                                                : std::string("the whole GPU")));
+    }
     result.data["targeted"] = shape_.targeted;
     if (shape_.targeted) {
       bool met = min_speedup >= 1.0;

@@ -800,14 +800,13 @@ Slicing choose_slicing(const DirectVariant& kernel, int m, int strips, int units
 
 }  // namespace
 
-StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device) {
+StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device, int sms) {
   if (m > 16) {
     return failed_precondition("W4A16 direct kernel: M=" + std::to_string(m) + " > 16");
   }
   // Per-stage group checks where quantization groups are whole stages (4 k16 tiles).
   const bool stage_groups = (w.group_size / kTileK) % 4 == 0;
-  int sms = 0, optin = 0;
-  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int optin = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   int variant = (m > 8 ? 1 : 0) | (stage_groups ? 2 : 0);
   // 16 rows with resident x: stages of 8 k16 tiles on layers with K * N >= 2^27 where K and the

@@ -826,9 +826,19 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   W4A16Config& config = plan.config;
   int device = 0;
   GPUOPT_CUDA_TRY(cudaGetDevice(&device));
+  // The SMs to plan the grids for: the device's, or the partition's (W4A16Options::sm_count).
+  int sms = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (options.sm_count < 0 || options.sm_count > sms) {
+    return invalid_argument("W4A16Options::sm_count=" + std::to_string(options.sm_count) +
+                            ": must be 0 (the device's) or 1.." + std::to_string(sms) +
+                            " (this device's SMs)");
+  }
+  if (options.sm_count > 0) sms = options.sm_count;
   int fallback_min_m = options.fallback_min_m;
   if (fallback_min_m == W4A16Options::kAutoFallback) {
-    GPUOPT_ASSIGN_OR_RETURN(fallback_min_m, W4A16Gemm::auto_fallback_min_m(w, device));
+    GPUOPT_ASSIGN_OR_RETURN(fallback_min_m,
+                            W4A16Gemm::auto_fallback_min_m(w, device, options.sm_count));
   }
   bool fallback = fallback_min_m > 0 && m >= fallback_min_m;
   if (options.deterministic) fallback = false;  // cuBLAS chooses its kernel by M
@@ -870,9 +880,9 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
                                       ? std::vector<int>{options.force_path}
                                       : extra_kernels(w, m, options);
   for (const int extra : extras) {
-    StatusOr<w4a16_detail::KernelPlan> kernel_plan = extra == 4
-                                                         ? w4a16_detail::plan_direct(w, m, device)
-                                                         : w4a16_detail::plan_wgmma(w, m, device);
+    StatusOr<w4a16_detail::KernelPlan> kernel_plan =
+        extra == 4 ? w4a16_detail::plan_direct(w, m, device, sms)
+                   : w4a16_detail::plan_wgmma(w, m, device, sms);
     if (!kernel_plan.ok() && options.force_path == extra) return kernel_plan.status();
     if (kernel_plan.ok()) {
       config.kernel = extra == 4 ? W4A16Kernel::kDirect : W4A16Kernel::kWgmma;
@@ -900,8 +910,6 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   config.tiles = m_blocks * (w.n / config.block_n);
   config.iterations = config.tiles * (w.k / variant.stage_k);
 
-  int sms = 0;
-  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   GPUOPT_CUDA_TRY(cudaFuncSetAttribute(variant.function,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(variant.shared_bytes)));
@@ -1037,7 +1045,8 @@ Status W4A16Gemm::can_implement(const Arguments& arguments) {
   return check_w4a16_shape(w.k, w.n, w.group_size);
 }
 
-StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, int device) {
+StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, int device,
+                                             int sm_count) {
   // H200, 2026-11-30 06:26 UTC (docs/PERFORMANCE.md, "When cuBLAS takes over"), int4 kernel vs
   // cuBLAS fp16 in the same run. The wgmma kernel's time is flat inside a token tile (32, 64, 128
   // tokens), so it loses from the first M of the tile where cuBLAS wins:
@@ -1056,15 +1065,41 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
   //   15.6-17.4 over five runs) and loses from 33 (0.91x) -> from 33.
   // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel, slower
   // than cuBLAS from M = 32 on the H200 (first session) -> from 17.
-  const StatusOr<w4a16_detail::KernelPlan> wgmma = w4a16_detail::plan_wgmma(weights, 32, device);
-  if (!wgmma.ok()) {
-    if (wgmma.status().code() != StatusCode::kFailedPrecondition) return wgmma.status();
-    return 17;
+  int sms = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const StatusOr<w4a16_detail::KernelPlan> wgmma =
+      w4a16_detail::plan_wgmma(weights, 32, device, sms);
+  if (!wgmma.ok() && wgmma.status().code() != StatusCode::kFailedPrecondition) {
+    return wgmma.status();
   }
   const long long size = static_cast<long long>(weights.k) * weights.n;
-  if (size >= (1ll << 27)) return 129;
-  if (size >= (1ll << 25)) return weights.k >= weights.n ? 129 : 40;
-  return 33;
+  const int whole = !wgmma.ok()           ? 17
+                    : size >= (1ll << 27) ? 129
+                    : size >= (1ll << 25) ? (weights.k >= weights.n ? 129 : 40)
+                                          : 33;
+  // A green-context partition of sm_count SMs (W4A16Options::sm_count). cuBLAS still nearly
+  // saturates HBM on half the H200 (M=1 on 8192 x 28672: 113.9 us on 72 SMs, 111.3 on 132) while
+  // the int4 kernels, bound by their work per SM, slow down with the SMs (M=1: 36.4 us on 132,
+  // 51.5 on 72, 196.5 on 16), so the crossover falls with the partition's share of the SMs.
+  // Measured on partitions of 8 to 104 of 132 SMs (2026-11-30 19:48-19:53 UTC, the int4 kernel
+  // forced against cuBLAS fp16 on the same partition, 8192 x 28672, 28672 x 8192, 4096 x 14336,
+  // 4096 x 4096; docs/PERFORMANCE.md):
+  // - 104 SMs (share 0.79) and 88 (0.67): faster up to M=64 (1.60x / 1.23-1.40x on the 70B
+  //   shapes), but on 8192 x 28672 0.84-0.99x at M=65-96 (104 SMs) and 0.76-0.96x at 65-128 (88):
+  //   its 112 tiles of 128 tokens no longer fit one wave (the whole GPU: 1.03-1.14x there) ->
+  //   from 65, the whole GPU's table only from 90 % of the SMs (112 of 132 would still hold the
+  //   tiles);
+  // - 72 (0.55): faster up to M=64 (1.18-1.21x on the 70B shapes; 4096 x 14336 0.99x at 64),
+  //   0.81-0.85x at 128 -> from 65;
+  // - 48 (0.36): 1.48-1.50x at M=16, 0.99-1.12x at 32 (a tie on 8192 x 28672), 0.84-0.99x at 64;
+  //   32 (0.24): 1.12-1.18x at 16, 0.79-0.91x at 32 -> from 17;
+  // - 16 (0.12): 1.07-1.19x at 8, 0.93-0.99x at 16 -> from 9.
+  if (sm_count <= 0 || sm_count >= sms) return whole;
+  const double share = static_cast<double>(sm_count) / sms;
+  if (share >= 0.9) return whole;
+  if (share >= 0.5) return std::min(whole, 65);
+  if (share >= 0.2) return std::min(whole, 17);
+  return std::min(whole, 9);
 }
 
 StatusOr<std::size_t> W4A16Gemm::workspace_size(const Arguments& arguments) {

@@ -74,13 +74,14 @@ inline KernelPlan stored_plan(const W4A16Config& config) {
 // Direct kernel (w4a16_direct.cu), M <= 16: each warp streams its share of the weights through a
 // private cp.async ring (no block barrier in the main loop); x for the block's k-slice sits in
 // shared memory. FAILED_PRECONDITION when it does not apply (M or shared memory), naming why.
-StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device);
+StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device, int sms);
 Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x,
                   void* y, void* workspace, StreamHandle stream);
 
 // Hopper wgmma kernel (w4a16_wgmma.cu), larger M. FAILED_PRECONDITION when not sm_90 code or the
-// shape does not fit, naming why.
-StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device);
+// shape does not fit, naming why. Both plans take `sms`, the SMs to plan the grid for (the
+// device's, or a partition's: W4A16Options::sm_count).
+StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, int sms);
 Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x, void* y,
                  void* workspace, StreamHandle stream);
 

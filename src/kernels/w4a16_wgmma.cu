@@ -912,11 +912,12 @@ int column_tiles(const W4A16DeviceWeights& w) {
 
 }  // namespace
 
-StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) {
+StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, int sms) {
 #if !defined(GPUOPT_WGMMA_SM90A)
   (void)w;
   (void)m;
   (void)device;
+  (void)sms;
   return failed_precondition(
       "W4A16 wgmma kernel: this build has no sm_90a code (wgmma needs the arch-specific target; "
       "src/kernels/CMakeLists.txt adds it when CMAKE_CUDA_ARCHITECTURES lists 90)");
@@ -957,8 +958,7 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device) 
     return failed_precondition("W4A16 wgmma kernel: the loaded code is for sm_" +
                                std::to_string(attributes.binaryVersion) + ", not sm_90a");
   }
-  int sms = 0, optin = 0;
-  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int optin = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (kernel.shared_bytes > static_cast<std::size_t>(optin)) {
     return failed_precondition("W4A16 wgmma kernel: needs " + std::to_string(kernel.shared_bytes) +

@@ -130,6 +130,12 @@ struct W4A16Options {
   int force_path = -1;
   // Overrides the stream-K grid (0 = occupancy x SMs). Ignored when `deterministic`.
   int force_blocks = 0;
+  // The SMs the kernels are planned for: 0 = the device's; else the SM count of the green-context
+  // partition whose stream will run this GEMM (runtime::Workload::sm_count()), so that the one-wave
+  // grids (stream-K, the direct kernel's block per SM, the wgmma kernel's cooperative k-splits)
+  // are one wave of that partition. More than the device has is INVALID_ARGUMENT. With
+  // `deterministic`, the k-split (and so the result bits) follows this count.
+  int sm_count = 0;
   // true: run() gives bitwise identical results from run to run, and each output row's values do
   // not depend on M (the same k-split and reduction order for every M; no float atomics). Every
   // output tile is cut into a fixed number of k-splits chosen from N, K and the SM count only;
@@ -156,8 +162,11 @@ class W4A16Gemm {
   static Status can_implement(const Arguments& arguments);
   // The M from which W4A16Options::kAutoFallback runs dequantise + cuBLAS for these weights on
   // `device`: where the int4 kernel chosen for that M was measured slower than cuBLAS fp16
-  // (docs/w4a16-gemm.md, "When cuBLAS takes over"). Never 0.
-  static StatusOr<int> auto_fallback_min_m(const W4A16DeviceWeights& weights, int device);
+  // (docs/w4a16-gemm.md, "When cuBLAS takes over"). `sm_count` as W4A16Options::sm_count (0 = the
+  // device's): on a smaller partition the int4 kernels, bound by their work per SM, lose to
+  // cuBLAS from a smaller M. Never 0.
+  static StatusOr<int> auto_fallback_min_m(const W4A16DeviceWeights& weights, int device,
+                                           int sm_count = 0);
   // Bytes of device workspace run() needs (stream-K partials and counters, permuted x, or the
   // dequantised weight for the cuBLAS path).
   StatusOr<std::size_t> workspace_size(const Arguments& arguments);

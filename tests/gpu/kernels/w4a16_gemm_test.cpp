@@ -211,6 +211,53 @@ TEST(W4A16GemmGpuFallback, DequantiseAndCublasMatchesTwin) {
   }
 }
 
+// On a partition (W4A16Options::sm_count) the takeover comes earlier, by the partition's share of
+// the SMs (the table in auto_fallback_min_m), and the plan follows it: below the M the int4
+// kernel, from it the cuBLAS path.
+TEST(W4A16GemmGpuFallback, PartitionsTakeOverEarlier) {
+  GPUOPT_REQUIRE_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int k = 1024, n = 512;
+  const UnpackedLayer layer = random_unpacked_layer(k, n, 128, false, false, 7);
+  auto host = repack_for_kernel(layer, ActivationType::kFloat16);
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
+  Device device;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&device.stream, cudaStreamNonBlocking), cudaSuccess);
+  auto weights = W4A16DeviceWeights::upload(*host, device.stream);
+  ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+  const StatusOr<int> whole = W4A16Gemm::auto_fallback_min_m(*weights, 0);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  const auto share = [&](double f) { return static_cast<int>(std::ceil(f * sms)); };
+  const std::pair<int, int> expected[] = {{0, *whole},
+                                          {sms, *whole},
+                                          {share(0.95), *whole},
+                                          {share(0.8), std::min(*whole, 65)},
+                                          {share(0.6), std::min(*whole, 65)},
+                                          {share(0.3), std::min(*whole, 17)},
+                                          {std::max(1, sms / 10), std::min(*whole, 9)}};
+  for (const auto& [count, from] : expected) {
+    const StatusOr<int> got = W4A16Gemm::auto_fallback_min_m(*weights, 0, count);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(*got, from) << count << " of " << sms << " SMs";
+  }
+  const int count = std::max(1, sms / 10);
+  const int from = std::min(*whole, 9);
+  void* dx = device.allocate(static_cast<std::size_t>(from) * k * 2);
+  void* dy = device.allocate(static_cast<std::size_t>(from) * n * 2);
+  for (const int m : {from - 1, from}) {
+    W4A16Options options;
+    options.sm_count = count;
+    W4A16Gemm gemm(options);
+    W4A16Gemm::Arguments arguments{m, dx, dy, &*weights};
+    auto bytes = gemm.workspace_size(arguments);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+    ASSERT_TRUE(gemm.initialize(arguments, device.allocate(*bytes), device.stream).ok());
+    EXPECT_EQ(gemm.config().path, m >= from ? W4A16Path::kDequantCublas : W4A16Path::kTensorCore)
+        << "M=" << m << " " << gemm.config().describe();
+  }
+}
+
 // The default W4A16Options (kAutoFallback): the int4 kernels below auto_fallback_min_m(), cuBLAS on
 // the dense copy from it on (workspace_size() counts the N x K x 2 bytes), both against the twin;
 // deterministic mode never takes it; an explicit 0 turns it off.

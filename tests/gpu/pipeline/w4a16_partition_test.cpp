@@ -15,7 +15,7 @@
 namespace gpuopt::kernels {
 namespace {
 
-using namespace w4a16_test;  // NOLINT: Case, check_case, kFormats, ScopedEnv
+using namespace w4a16_test;  // NOLINT: Case, check_case, kFormats, ScopedEnv, Device
 
 TEST(W4A16PartitionGpu, SharedFixUpOnASmallerPartitionFallsBack) {
   GPUOPT_REQUIRE_GPU();
@@ -49,6 +49,83 @@ TEST(W4A16PartitionGpu, SharedFixUpOnASmallerPartitionFallsBack) {
              "shared-fixup", stream);
   check_case({ActivationType::kBFloat16, kFormats[2], 64, 50, 1344, 1984, options}, 2,
              "shared-fixup", stream);
+}
+
+// The same partition with W4A16Options::sm_count = its SM count: the plans are one wave of the
+// partition (the shared fix-up's grid fits it, so its cooperative launch is not refused), and the
+// direct, wgmma and deterministic kernels match the CPU twin on the partition's stream.
+TEST(W4A16PartitionGpu, PlannedForThePartition) {
+  GPUOPT_REQUIRE_GPU();
+  int device_index = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&device_index), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index),
+            cudaSuccess);
+  auto device = runtime::Device::open(device_index);
+  ASSERT_TRUE(device.ok()) << device.status().to_string();
+  auto plan =
+      runtime::PartitionPlan::create(*device, {{"small", 8, runtime::Priority::kCritical, 1},
+                                               {"rest", 0, runtime::Priority::kBackground, 1}});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  if (!(*plan)->isolated()) GTEST_SKIP() << "no green contexts: " << (*plan)->fallback_reason();
+  auto small = (*plan)->workload("small");
+  ASSERT_TRUE(small.ok());
+  const int sms = (*small)->sm_count();
+  const auto stream = static_cast<cudaStream_t>((*small)->stream(0));
+  W4A16Options options;
+  options.sm_count = sms;
+
+  // The direct kernel (M <= 16): one block per SM of the partition (its k-slices share them).
+  options.force_path = 4;
+  check_case({ActivationType::kFloat16, kFormats[0], 128, 1, 2048, 1024, options}, 2, "direct",
+             stream);
+  check_case({ActivationType::kBFloat16, kFormats[2], 64, 16, 1024, 2048, options}, 2, nullptr,
+             stream);
+  // Deterministic mode: its k-split comes from the partition's SMs.
+  W4A16Options deterministic = options;
+  deterministic.force_path = -1;
+  deterministic.deterministic = true;
+  check_case({ActivationType::kFloat16, kFormats[1], 128, 5, 2048, 1024, deterministic}, 2, nullptr,
+             stream);
+  if (major != 9 || minor != 0) return;  // the wgmma kernel needs sm_90
+  // 4 column tiles at M=64: 4 k-splits fill the partition's 2 x sms slots in one wave, so the plan
+  // takes the shared fix-up (planned for the whole GPU it would take 1 split of 4 blocks).
+  options.force_path = 5;
+  const std::string fixup = "grid" + std::to_string(4 * (2 * sms / 4)) + " (2/SM)";
+  check_case({ActivationType::kFloat16, kFormats[0], 128, 64, 3072, 1024, options}, 3,
+             "shared-fixup", stream);
+  check_case({ActivationType::kBFloat16, kFormats[3], 64, 40, 3072, 1024, options}, 2,
+             fixup.c_str(), stream);
+}
+
+// sm_count beyond the device is refused, naming the option and the device's count.
+TEST(W4A16PartitionGpu, SmCountBeyondTheDeviceIsRefused) {
+  GPUOPT_REQUIRE_GPU();
+  const UnpackedLayer layer = random_unpacked_layer(256, 128, 128, false, false, 5);
+  auto packed = pack_checkpoint_layer(layer, kFormats[0].format, kFormats[0].zeros);
+  ASSERT_TRUE(packed.ok()) << packed.status().to_string();
+  auto unpacked = unpack_checkpoint_layer(*packed);
+  ASSERT_TRUE(unpacked.ok()) << unpacked.status().to_string();
+  auto weights = repack_for_kernel(*unpacked, ActivationType::kFloat16);
+  ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+  auto device_weights = W4A16DeviceWeights::upload(*weights, nullptr);
+  ASSERT_TRUE(device_weights.ok()) << device_weights.status().to_string();
+  Device buffers;
+  void* x = buffers.allocate(256 * 2);
+  void* y = buffers.allocate(128 * 2);
+  for (int sm_count : {-1, 1 << 20}) {
+    W4A16Options options;
+    options.sm_count = sm_count;
+    W4A16Gemm gemm(options);
+    W4A16Gemm::Arguments arguments{1, x, y, &*device_weights};
+    const auto bytes = gemm.workspace_size(arguments);
+    ASSERT_FALSE(bytes.ok()) << "sm_count " << sm_count;
+    EXPECT_EQ(bytes.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(bytes.status().message().find("sm_count=" + std::to_string(sm_count)),
+              std::string::npos)
+        << bytes.status().to_string();
+  }
 }
 
 }  // namespace
