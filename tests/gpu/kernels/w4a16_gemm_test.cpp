@@ -211,6 +211,15 @@ TEST(W4A16GemmGpuFallback, DequantiseAndCublasMatchesTwin) {
   }
 }
 
+// Random symmetric group-128 fp16 weights of K x N, uploaded on `stream`.
+StatusOr<W4A16DeviceWeights> random_device_weights(int k, int n, std::uint64_t seed,
+                                                   cudaStream_t stream) {
+  const UnpackedLayer layer = random_unpacked_layer(k, n, 128, false, false, seed);
+  GPUOPT_ASSIGN_OR_RETURN(const W4A16Weights host,
+                          repack_for_kernel(layer, ActivationType::kFloat16));
+  return W4A16DeviceWeights::upload(host, stream);
+}
+
 // On a partition (W4A16Options::sm_count) the takeover comes earlier, by the partition's share of
 // the SMs (the table in auto_fallback_min_m), and the plan follows it: below the M the int4
 // kernel, from it the cuBLAS path.
@@ -219,12 +228,9 @@ TEST(W4A16GemmGpuFallback, PartitionsTakeOverEarlier) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   const int k = 1024, n = 512;
-  const UnpackedLayer layer = random_unpacked_layer(k, n, 128, false, false, 7);
-  auto host = repack_for_kernel(layer, ActivationType::kFloat16);
-  ASSERT_TRUE(host.ok()) << host.status().to_string();
   Device device;
   ASSERT_EQ(cudaStreamCreateWithFlags(&device.stream, cudaStreamNonBlocking), cudaSuccess);
-  auto weights = W4A16DeviceWeights::upload(*host, device.stream);
+  auto weights = random_device_weights(k, n, 7, device.stream);
   ASSERT_TRUE(weights.ok()) << weights.status().to_string();
   const StatusOr<int> whole = W4A16Gemm::auto_fallback_min_m(*weights, 0);
   ASSERT_TRUE(whole.ok()) << whole.status().to_string();
@@ -266,12 +272,9 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
   for (const auto& shape : {std::pair{1024, 512}, std::pair{4096, 8192}, std::pair{8192, 4096},
                             std::pair{8192, 16384}}) {
     const int k = shape.first, n = shape.second;
-    const UnpackedLayer layer = random_unpacked_layer(k, n, 128, false, false, 42);
-    auto host = repack_for_kernel(layer, ActivationType::kFloat16);
-    ASSERT_TRUE(host.ok()) << host.status().to_string();
     Device device;
     ASSERT_EQ(cudaStreamCreateWithFlags(&device.stream, cudaStreamNonBlocking), cudaSuccess);
-    auto weights = W4A16DeviceWeights::upload(*host, device.stream);
+    auto weights = random_device_weights(k, n, 42, device.stream);
     ASSERT_TRUE(weights.ok()) << weights.status().to_string();
     const StatusOr<int> from = W4A16Gemm::auto_fallback_min_m(*weights, 0);
     ASSERT_TRUE(from.ok()) << from.status().to_string();

@@ -2,10 +2,16 @@
 // cooperatively) run on a stream of a green-context partition smaller than the GPU it was planned
 // for: the cooperative launch is refused there, and run() takes the same grid with the atomic
 // partial sums instead. Results match the CPU twin run after run (the workspace stays usable).
-// compute-sanitizer lists each refused launch as an API error (720), not a memory error.
-// Here rather than in gpu_kernels: it needs the runtime's partitions (this binary links both).
+// compute-sanitizer lists each refused launch as an API error (720), not a memory error. Planned
+// for the partition (W4A16Options::sm_count) the grids fit it and nothing is refused; an sm_count
+// beyond the device is refused up front. Here rather than in gpu_kernels: it needs the runtime's
+// partitions (this binary links both).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
 
 #include "common/test_support.hpp"
 #include "gpu/kernels/w4a16_check.hpp"
@@ -17,90 +23,88 @@ namespace {
 
 using namespace w4a16_test;  // NOLINT: Case, check_case, kFormats, ScopedEnv, Device
 
-TEST(W4A16PartitionGpu, SharedFixUpOnASmallerPartitionFallsBack) {
-  GPUOPT_REQUIRE_GPU();
-  int device_index = 0, major = 0, minor = 0;
-  ASSERT_EQ(cudaGetDevice(&device_index), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index),
-            cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index),
-            cudaSuccess);
-  if (major != 9 || minor != 0)
-    GTEST_SKIP() << "wgmma kernel needs sm_90, not sm_" << major << minor;
-  auto device = runtime::Device::open(device_index);
-  ASSERT_TRUE(device.ok()) << device.status().to_string();
-  auto plan =
-      runtime::PartitionPlan::create(*device, {{"small", 8, runtime::Priority::kCritical, 1},
-                                               {"rest", 0, runtime::Priority::kBackground, 1}});
-  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
-  if (!(*plan)->isolated()) GTEST_SKIP() << "no green contexts: " << (*plan)->fallback_reason();
-  auto small = (*plan)->workload("small");
-  ASSERT_TRUE(small.ok());
-  std::printf("partition: %d of %d SMs\n", (*small)->sm_count(), device->sm_count());
-  ASSERT_LT((*small)->sm_count() * 2, 64) << "the partition must be too small for 64 blocks";
+// An 8-SM green-context partition ("small") and the rest of the GPU; skipped without green
+// contexts.
+class W4A16PartitionGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GPUOPT_REQUIRE_GPU();
+    int device_index = 0;
+    ASSERT_EQ(cudaGetDevice(&device_index), cudaSuccess);
+    ASSERT_EQ(cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, device_index),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceGetAttribute(&minor_, cudaDevAttrComputeCapabilityMinor, device_index),
+              cudaSuccess);
+    auto device = runtime::Device::open(device_index);
+    ASSERT_TRUE(device.ok()) << device.status().to_string();
+    device_sms_ = device->sm_count();
+    auto plan =
+        runtime::PartitionPlan::create(*device, {{"small", 8, runtime::Priority::kCritical, 1},
+                                                 {"rest", 0, runtime::Priority::kBackground, 1}});
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    plan_ = std::move(*plan);
+    if (!plan_->isolated()) GTEST_SKIP() << "no green contexts: " << plan_->fallback_reason();
+    auto small = plan_->workload("small");
+    ASSERT_TRUE(small.ok());
+    small_ = *small;
+    std::printf("partition: %d of %d SMs\n", small_->sm_count(), device_sms_);
+  }
+  bool sm90() const { return major_ == 9 && minor_ == 0; }
+  cudaStream_t stream() const { return static_cast<cudaStream_t>(small_->stream(0)); }
+
+  int major_ = 0, minor_ = 0, device_sms_ = 0;
+  std::unique_ptr<runtime::PartitionPlan> plan_;
+  const runtime::Workload* small_ = nullptr;
+};
+
+TEST_F(W4A16PartitionGpu, SharedFixUpOnASmallerPartitionFallsBack) {
+  if (!sm90()) GTEST_SKIP() << "wgmma kernel needs sm_90, not sm_" << major_ << minor_;
+  ASSERT_LT(small_->sm_count() * 2, 64) << "the partition must be too small for 64 blocks";
 
   // 8 column tiles x 8 k-splits = 64 blocks: one wave on the whole H200 (the plan takes the shared
   // fix-up), more than the partition holds at once.
   ScopedEnv forced({{"GPUOPT_W4A16_WGMMA_VARIANT", "8"}, {"GPUOPT_W4A16_WGMMA_SPLITS", "8"}});
   W4A16Options options;
   options.force_path = 5;
-  const auto stream = static_cast<cudaStream_t>((*small)->stream(0));
   check_case({ActivationType::kFloat16, kFormats[0], 128, 64, 3072, 2048, options}, 3,
-             "shared-fixup", stream);
+             "shared-fixup", stream());
   check_case({ActivationType::kBFloat16, kFormats[2], 64, 50, 1344, 1984, options}, 2,
-             "shared-fixup", stream);
+             "shared-fixup", stream());
 }
 
 // The same partition with W4A16Options::sm_count = its SM count: the plans are one wave of the
 // partition (the shared fix-up's grid fits it, so its cooperative launch is not refused), and the
 // direct, wgmma and deterministic kernels match the CPU twin on the partition's stream.
-TEST(W4A16PartitionGpu, PlannedForThePartition) {
-  GPUOPT_REQUIRE_GPU();
-  int device_index = 0, major = 0, minor = 0;
-  ASSERT_EQ(cudaGetDevice(&device_index), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index),
-            cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index),
-            cudaSuccess);
-  auto device = runtime::Device::open(device_index);
-  ASSERT_TRUE(device.ok()) << device.status().to_string();
-  auto plan =
-      runtime::PartitionPlan::create(*device, {{"small", 8, runtime::Priority::kCritical, 1},
-                                               {"rest", 0, runtime::Priority::kBackground, 1}});
-  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
-  if (!(*plan)->isolated()) GTEST_SKIP() << "no green contexts: " << (*plan)->fallback_reason();
-  auto small = (*plan)->workload("small");
-  ASSERT_TRUE(small.ok());
-  const int sms = (*small)->sm_count();
-  const auto stream = static_cast<cudaStream_t>((*small)->stream(0));
+TEST_F(W4A16PartitionGpu, PlannedForThePartition) {
+  const int sms = small_->sm_count();
   W4A16Options options;
   options.sm_count = sms;
 
   // The direct kernel (M <= 16): one block per SM of the partition (its k-slices share them).
   options.force_path = 4;
   check_case({ActivationType::kFloat16, kFormats[0], 128, 1, 2048, 1024, options}, 2, "direct",
-             stream);
+             stream());
   check_case({ActivationType::kBFloat16, kFormats[2], 64, 16, 1024, 2048, options}, 2, nullptr,
-             stream);
+             stream());
   // Deterministic mode: its k-split comes from the partition's SMs.
   W4A16Options deterministic = options;
   deterministic.force_path = -1;
   deterministic.deterministic = true;
   check_case({ActivationType::kFloat16, kFormats[1], 128, 5, 2048, 1024, deterministic}, 2, nullptr,
-             stream);
-  if (major != 9 || minor != 0) return;  // the wgmma kernel needs sm_90
+             stream());
+  if (!sm90()) return;  // the wgmma kernel needs sm_90
   // 4 column tiles at M=64: 4 k-splits fill the partition's 2 x sms slots in one wave, so the plan
   // takes the shared fix-up (planned for the whole GPU it would take 1 split of 4 blocks).
   options.force_path = 5;
   const std::string fixup = "grid" + std::to_string(4 * (2 * sms / 4)) + " (2/SM)";
   check_case({ActivationType::kFloat16, kFormats[0], 128, 64, 3072, 1024, options}, 3,
-             "shared-fixup", stream);
+             "shared-fixup", stream());
   check_case({ActivationType::kBFloat16, kFormats[3], 64, 40, 3072, 1024, options}, 2,
-             fixup.c_str(), stream);
+             fixup.c_str(), stream());
 }
 
 // sm_count beyond the device is refused, naming the option and the device's count.
-TEST(W4A16PartitionGpu, SmCountBeyondTheDeviceIsRefused) {
+TEST(W4A16SmCountGpu, BeyondTheDeviceIsRefused) {
   GPUOPT_REQUIRE_GPU();
   const UnpackedLayer layer = random_unpacked_layer(256, 128, 128, false, false, 5);
   auto packed = pack_checkpoint_layer(layer, kFormats[0].format, kFormats[0].zeros);
