@@ -1081,9 +1081,9 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
   // saturates HBM on half the H200 (M=1 on 8192 x 28672: 113.9 us on 72 SMs, 111.3 on 132) while
   // the int4 kernels, bound by their work per SM, slow down with the SMs (M=1: 36.4 us on 132,
   // 51.5 on 72, 196.5 on 16), so the crossover falls with the partition's share of the SMs.
-  // Measured on partitions of 8 to 104 of 132 SMs (2026-11-30 19:48-19:53 UTC, the int4 kernel
-  // forced against cuBLAS fp16 on the same partition, 8192 x 28672, 28672 x 8192, 4096 x 14336,
-  // 4096 x 4096; docs/PERFORMANCE.md):
+  // Measured on partitions of 16 to 104 of 132 SMs (2026-11-30 19:48-19:53 UTC, the int4 kernel
+  // forced against cuBLAS fp16 on the same partition; the defaults then checked on 8 to 120, 8192 x
+  // 28672, 28672 x 8192, 4096 x 14336, 4096 x 4096; docs/PERFORMANCE.md):
   // - 104 SMs (share 0.79) and 88 (0.67): faster up to M=64 (1.60x / 1.23-1.40x on the 70B
   //   shapes), but on 8192 x 28672 0.84-0.99x at M=65-96 (104 SMs) and 0.76-0.96x at 65-128 (88):
   //   its 112 tiles of 128 tokens no longer fit one wave (the whole GPU: 1.03-1.14x there) ->
@@ -1094,12 +1094,7 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
   // - 48 (0.36): 1.48-1.50x at M=16, 0.99-1.12x at 32 (a tie on 8192 x 28672), 0.84-0.99x at 64;
   //   32 (0.24): 1.12-1.18x at 16, 0.79-0.91x at 32 -> from 17;
   // - 16 (0.12): 1.07-1.19x at 8, 0.93-0.99x at 16 -> from 9.
-  if (sm_count <= 0 || sm_count >= sms) return whole;
-  const double share = static_cast<double>(sm_count) / sms;
-  if (share >= 0.9) return whole;
-  if (share >= 0.5) return std::min(whole, 65);
-  if (share >= 0.2) return std::min(whole, 17);
-  return std::min(whole, 9);
+  return w4a16_detail::partition_takeover_m(whole, sm_count, sms);
 }
 
 StatusOr<std::size_t> W4A16Gemm::workspace_size(const Arguments& arguments) {

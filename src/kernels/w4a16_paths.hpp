@@ -71,6 +71,19 @@ inline KernelPlan stored_plan(const W4A16Config& config) {
   return plan;
 }
 
+// The M from which cuBLAS takes over on a green-context partition of `sm_count` of the device's
+// `device_sms` SMs (W4A16Options::sm_count), given the whole GPU's `whole` (the measured table in
+// W4A16Gemm::auto_fallback_min_m, which also holds the partition measurements): the int4 kernels
+// are bound by their work per SM there, cuBLAS much less, so the crossover falls with the share.
+// sm_count <= 0 or >= device_sms: the whole GPU's.
+inline int partition_takeover_m(int whole, int sm_count, int device_sms) {
+  if (sm_count <= 0 || sm_count >= device_sms) return whole;
+  const double share = static_cast<double>(sm_count) / device_sms;
+  if (share >= 0.9) return whole;
+  const int cap = share >= 0.5 ? 65 : share >= 0.2 ? 17 : 9;
+  return whole < cap ? whole : cap;
+}
+
 // Direct kernel (w4a16_direct.cu), M <= 16: each warp streams its share of the weights through a
 // private cp.async ring (no block barrier in the main loop); x for the block's k-slice sits in
 // shared memory. FAILED_PRECONDITION when it does not apply (M or shared memory), naming why.

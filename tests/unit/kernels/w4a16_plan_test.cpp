@@ -49,5 +49,26 @@ TEST(W4A16PlanTest, StoringAPlanLeavesTheOtherKernelsFieldsAlone) {
   EXPECT_EQ(config.kernel_flags, 0);
 }
 
+// The takeover on a partition (W4A16Options::sm_count), at the edges of each share of the H200's
+// 132 SMs: the whole GPU's M from 90 %, then at most 65 from half, 17 from a fifth, 9 below; never
+// later than the whole GPU's.
+TEST(W4A16PlanTest, PartitionTakeoverFallsWithTheShareOfSms) {
+  EXPECT_EQ(partition_takeover_m(129, 0, 132), 129);
+  EXPECT_EQ(partition_takeover_m(129, -4, 132), 129);
+  EXPECT_EQ(partition_takeover_m(129, 132, 132), 129);
+  EXPECT_EQ(partition_takeover_m(129, 119, 132), 129);  // 0.902
+  EXPECT_EQ(partition_takeover_m(129, 118, 132), 65);   // 0.894
+  EXPECT_EQ(partition_takeover_m(129, 66, 132), 65);    // 0.5
+  EXPECT_EQ(partition_takeover_m(129, 65, 132), 17);    // 0.492
+  EXPECT_EQ(partition_takeover_m(129, 27, 132), 17);    // 0.205
+  EXPECT_EQ(partition_takeover_m(129, 26, 132), 9);     // 0.197
+  EXPECT_EQ(partition_takeover_m(129, 8, 132), 9);
+  EXPECT_EQ(partition_takeover_m(40, 104, 132), 40);  // the whole GPU's is already earlier
+  EXPECT_EQ(partition_takeover_m(33, 72, 132), 33);
+  EXPECT_EQ(partition_takeover_m(17, 40, 132), 17);  // no wgmma kernel
+  EXPECT_EQ(partition_takeover_m(17, 16, 132), 9);
+  EXPECT_EQ(partition_takeover_m(33, 20, 24), 33);  // another GPU: the share decides, 0.83
+}
+
 }  // namespace
 }  // namespace gpuopt::kernels::w4a16_detail
