@@ -819,6 +819,18 @@ std::vector<int> extra_kernels(const W4A16DeviceWeights& w, int m, const W4A16Op
   return {4};
 }
 
+// The device's SM count, after checking W4A16Options::sm_count against it (0, or 1..that count).
+StatusOr<int> device_sms_checked(int device, int sm_count) {
+  int sms = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (sm_count < 0 || sm_count > sms) {
+    return invalid_argument("W4A16Options::sm_count=" + std::to_string(sm_count) +
+                            ": must be 0 (the device's) or 1.." + std::to_string(sms) +
+                            " (this device's SMs)");
+  }
+  return sms;
+}
+
 StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Options& options) {
   const W4A16DeviceWeights& w = *arguments.weights;
   const int m = arguments.m;
@@ -827,13 +839,7 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   int device = 0;
   GPUOPT_CUDA_TRY(cudaGetDevice(&device));
   // The SMs to plan the grids for: the device's, or the partition's (W4A16Options::sm_count).
-  int sms = 0;
-  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (options.sm_count < 0 || options.sm_count > sms) {
-    return invalid_argument("W4A16Options::sm_count=" + std::to_string(options.sm_count) +
-                            ": must be 0 (the device's) or 1.." + std::to_string(sms) +
-                            " (this device's SMs)");
-  }
+  GPUOPT_ASSIGN_OR_RETURN(int sms, device_sms_checked(device, options.sm_count));
   if (options.sm_count > 0) sms = options.sm_count;
   int fallback_min_m = options.fallback_min_m;
   if (fallback_min_m == W4A16Options::kAutoFallback) {
@@ -1065,8 +1071,7 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
   //   15.6-17.4 over five runs) and loses from 33 (0.91x) -> from 33.
   // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel, slower
   // than cuBLAS from M = 32 on the H200 (first session) -> from 17.
-  int sms = 0;
-  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  GPUOPT_ASSIGN_OR_RETURN(const int sms, device_sms_checked(device, sm_count));
   const StatusOr<w4a16_detail::KernelPlan> wgmma =
       w4a16_detail::plan_wgmma(weights, 32, device, sms);
   if (!wgmma.ok() && wgmma.status().code() != StatusCode::kFailedPrecondition) {

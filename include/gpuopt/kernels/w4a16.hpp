@@ -163,8 +163,8 @@ class W4A16Gemm {
   // The M from which W4A16Options::kAutoFallback runs dequantise + cuBLAS for these weights on
   // `device`: where the int4 kernel chosen for that M was measured slower than cuBLAS fp16
   // (docs/w4a16-gemm.md, "When cuBLAS takes over"). `sm_count` as W4A16Options::sm_count (0 = the
-  // device's): on a smaller partition the int4 kernels, bound by their work per SM, lose to
-  // cuBLAS from a smaller M. Never 0.
+  // device's; outside 0..the device's SMs INVALID_ARGUMENT): on a smaller partition the int4
+  // kernels, bound by their work per SM, lose to cuBLAS from a smaller M. Never 0.
   static StatusOr<int> auto_fallback_min_m(const W4A16DeviceWeights& weights, int device,
                                            int sm_count = 0);
   // Bytes of device workspace run() needs (stream-K partials and counters, permuted x, or the

@@ -93,17 +93,21 @@ TEST_F(W4A16PartitionGpu, PlannedForThePartition) {
   check_case({ActivationType::kFloat16, kFormats[1], 128, 5, 2048, 1024, deterministic}, 2, nullptr,
              stream());
   if (!sm90()) return;  // the wgmma kernel needs sm_90
-  // 4 column tiles at M=64: 4 k-splits fill the partition's 2 x sms slots in one wave, so the plan
-  // takes the shared fix-up (planned for the whole GPU it would take 1 split of 4 blocks).
+  // 4 column tiles at M=33..64: 2 x sms / 4 k-splits fill the partition's 2 x sms slots in one
+  // wave, with the shared fix-up (planned for the whole H200 it would take 8 k-splits, 32 blocks:
+  // more than an 8-SM partition holds at once, so its cooperative launch would be refused).
   options.force_path = 5;
-  const std::string fixup = "grid" + std::to_string(4 * (2 * sms / 4)) + " (2/SM)";
+  const int splits = 2 * sms / 4;
+  const std::string fixup = "grid" + std::to_string(4 * splits) + " (2/SM) " +
+                            std::to_string(splits) + " k-splits shared-fixup";
   check_case({ActivationType::kFloat16, kFormats[0], 128, 64, 3072, 1024, options}, 3,
-             "shared-fixup", stream());
+             fixup.c_str(), stream());
   check_case({ActivationType::kBFloat16, kFormats[3], 64, 40, 3072, 1024, options}, 2,
              fixup.c_str(), stream());
 }
 
-// sm_count beyond the device is refused, naming the option and the device's count.
+// sm_count outside 0..the device's SMs is refused, by the plan (naming the option and the count)
+// and by auto_fallback_min_m.
 TEST(W4A16SmCountGpu, BeyondTheDeviceIsRefused) {
   GPUOPT_REQUIRE_GPU();
   const UnpackedLayer layer = random_unpacked_layer(256, 128, 128, false, false, 5);
@@ -119,6 +123,9 @@ TEST(W4A16SmCountGpu, BeyondTheDeviceIsRefused) {
   void* x = buffers.allocate(256 * 2);
   void* y = buffers.allocate(128 * 2);
   for (int sm_count : {-1, 1 << 20}) {
+    const StatusOr<int> from = W4A16Gemm::auto_fallback_min_m(*device_weights, 0, sm_count);
+    ASSERT_FALSE(from.ok()) << "sm_count " << sm_count;
+    EXPECT_EQ(from.status().code(), StatusCode::kInvalidArgument);
     W4A16Options options;
     options.sm_count = sm_count;
     W4A16Gemm gemm(options);
