@@ -290,10 +290,33 @@ StatusOr<SmPartitionBackend> green_context_backend(const Device& device) {
   return backend;
 }
 
+StatusOr<int> stream_sm_count(StreamHandle stream) {
+  int device = 0;
+  GPUOPT_CUDA_TRY(cudaStreamGetDevice(static_cast<cudaStream_t>(stream), &device));
+  int sms = 0;
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // Both arrived with green contexts (CUDA 12.4): a driver without them has no green streams.
+  static const auto get_green = reinterpret_cast<decltype(&::cuStreamGetGreenCtx)>(
+      driver_entry_point("cuStreamGetGreenCtx", 12040));
+  static const auto get_resource = reinterpret_cast<decltype(&::cuGreenCtxGetDevResource)>(
+      driver_entry_point("cuGreenCtxGetDevResource", 12040));
+  if (get_green == nullptr || get_resource == nullptr) return sms;
+  CUgreenCtx green = nullptr;
+  GPUOPT_CU_TRY(get_green(static_cast<CUstream>(stream), &green));
+  if (green == nullptr) return sms;  // an ordinary stream: the whole device
+  CUdevResource resource{};
+  GPUOPT_CU_TRY(get_resource(green, &resource, CU_DEV_RESOURCE_TYPE_SM));
+  return static_cast<int>(resource.sm.smCount);
+}
+
 #else  // !GPUOPT_CUDA
 
 StatusOr<SmPartitionBackend> green_context_backend(const Device&) {
   return unimplemented("green contexts: gpuopt was built without CUDA");
+}
+
+StatusOr<int> stream_sm_count(StreamHandle) {
+  return unimplemented("stream SM count: gpuopt was built without CUDA");
 }
 
 #endif  // GPUOPT_CUDA

@@ -131,7 +131,8 @@ struct W4A16Options {
   // Overrides the stream-K grid (0 = occupancy x SMs). Ignored when `deterministic`.
   int force_blocks = 0;
   // The SMs the kernels are planned for: 0 = the device's; else the SM count of the green-context
-  // partition whose stream will run this GEMM (runtime::Workload::sm_count()), so that the one-wave
+  // partition whose stream will run this GEMM (runtime::Workload::sm_count(), or
+  // runtime::stream_sm_count(stream) for a stream made elsewhere), so that the one-wave
   // grids (stream-K, the direct kernel's block per SM, the wgmma kernel's cooperative k-splits)
   // are one wave of that partition. More than the device has is INVALID_ARGUMENT. With
   // `deterministic`, the k-split (and so the result bits) follows this count.

@@ -103,4 +103,11 @@ class PartitionPlan {
 // True while a PartitionPlan is alive on `device_ordinal`.
 bool partition_plan_active(int device_ordinal);
 
+// The SMs that work on `stream` may use: its green context's SM count when the stream belongs to
+// one (made by a PartitionPlan or by any other code through the driver), else its device's SM
+// count (also where the driver has no green contexts). For planning per partition, e.g.
+// kernels::W4A16Options::sm_count, when the stream comes from code that does not say its SMs.
+// UNIMPLEMENTED without CUDA; the runtime's error (UNAVAILABLE with no device) otherwise.
+StatusOr<int> stream_sm_count(StreamHandle stream);
+
 }  // namespace gpuopt::runtime

@@ -72,11 +72,15 @@ TEST_F(W4A16PartitionGpu, SharedFixUpOnASmallerPartitionFallsBack) {
              "shared-fixup", stream());
 }
 
-// The same partition with W4A16Options::sm_count = its SM count: the plans are one wave of the
-// partition (the shared fix-up's grid fits it, so its cooperative launch is not refused), and the
-// direct, wgmma and deterministic kernels match the CPU twin on the partition's stream.
+// The same partition with W4A16Options::sm_count = its SM count, as the stream reports it
+// (runtime::stream_sm_count): the plans are one wave of the partition (the shared fix-up's grid
+// fits it, so its cooperative launch is not refused), and the direct, wgmma and deterministic
+// kernels match the CPU twin on the partition's stream.
 TEST_F(W4A16PartitionGpu, PlannedForThePartition) {
-  const int sms = small_->sm_count();
+  const StatusOr<int> stream_sms = runtime::stream_sm_count(small_->stream(0));
+  ASSERT_TRUE(stream_sms.ok()) << stream_sms.status().to_string();
+  ASSERT_EQ(*stream_sms, small_->sm_count());
+  const int sms = *stream_sms;
   W4A16Options options;
   options.sm_count = sms;
 

@@ -59,6 +59,31 @@ TEST(PartitionGpu, CriticalAndBackgroundPartitions) {
   EXPECT_TRUE(stream.ok()) << "streams may be made again once the plan is gone";
 }
 
+// A stream reports the SMs of its green context (every stream of both workloads), and an
+// ordinary stream (here the legacy default stream) the whole device's.
+TEST(PartitionGpu, StreamsReportTheirWorkloadsSms) {
+  GPUOPT_REQUIRE_GPU();
+  auto device = Device::open(0);
+  ASSERT_TRUE(device.ok());
+  auto plan = PartitionPlan::create(*device, {{"critical", 16, Priority::kCritical, 1},
+                                              {"background", 0, Priority::kBackground, 2}});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  if (!(*plan)->isolated()) {
+    GTEST_SKIP() << "no green contexts here: " << (*plan)->fallback_reason();
+  }
+  for (const Workload& workload : (*plan)->workloads()) {
+    for (int s = 0; s < workload.stream_count(); ++s) {
+      const StatusOr<int> sms = stream_sm_count(workload.stream(s));
+      ASSERT_TRUE(sms.ok()) << workload.name() << ": " << sms.status().to_string();
+      EXPECT_EQ(*sms, workload.sm_count()) << workload.name() << " stream " << s;
+    }
+  }
+  EXPECT_LT((*plan)->workload("critical").value()->sm_count(), device->sm_count());
+  const StatusOr<int> whole = stream_sm_count(nullptr);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  EXPECT_EQ(*whole, device->sm_count());
+}
+
 TEST(PartitionGpu, DisabledGreenContextsFallBack) {
   GPUOPT_REQUIRE_GPU();
   setenv("GPUOPT_DISABLE_GREEN_CONTEXTS", "1", 1);
@@ -74,6 +99,11 @@ TEST(PartitionGpu, DisabledGreenContextsFallBack) {
   ASSERT_EQ(cudaStreamGetPriority(static_cast<cudaStream_t>(critical->stream(0)), &priority),
             cudaSuccess);
   EXPECT_EQ(priority, device->properties().greatest_priority);
+  // A priority stream is an ordinary stream: the whole device's SMs, as the workload says.
+  const StatusOr<int> sms = stream_sm_count(critical->stream(0));
+  ASSERT_TRUE(sms.ok()) << sms.status().to_string();
+  EXPECT_EQ(*sms, device->sm_count());
+  EXPECT_EQ(critical->sm_count(), device->sm_count());
 }
 
 }  // namespace

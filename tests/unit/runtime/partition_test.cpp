@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "gpuopt/core/cuda_check.hpp"
+
 namespace gpuopt::runtime {
 namespace {
 
@@ -170,6 +172,18 @@ TEST(PartitionPlan, OnePlanPerDevice) {
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
   auto other_device = PartitionPlan::create(2, critical_and_background(), driver.backend());
   EXPECT_TRUE(other_device.ok());
+}
+
+// Without a usable device a stream's SM count is a clear error (the runtime's reason), not a
+// crash or a made-up count. (On the GPU machine, gpu_runtime checks the counts themselves.)
+TEST(StreamSmCount, WithoutADeviceIsAnError) {
+  if (cuda_device_count().ok()) GTEST_SKIP() << "a GPU is present; gpu_runtime tests the counts";
+  const StatusOr<int> sms = stream_sm_count(nullptr);
+  ASSERT_FALSE(sms.ok());
+  EXPECT_TRUE(sms.status().code() == StatusCode::kUnavailable ||
+              sms.status().code() == StatusCode::kUnimplemented)
+      << sms.status().to_string();
+  EXPECT_FALSE(sms.status().message().empty());
 }
 
 }  // namespace
