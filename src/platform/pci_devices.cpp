@@ -124,24 +124,31 @@ PciNames lookup_pci_names(std::uint16_t vendor_id, std::uint16_t device_id,
     if (created != nullptr) {
       created->warning = noop_message;
       created->debug = noop_message;
+      // Names come from pci.ids only. libpci's udev hwdb lookup creates a udev context that it never
+      // releases when no hwdb.bin exists (a machine without the udev package), which LeakSanitizer
+      // reports; the flag below covers libpci versions without the parameter.
+      char param[] = "hwdb.disable";
+      char value[] = "1";
+      pci_set_param(created, param, value);
     }
     return created;
   }();
+  constexpr int kLookupFlags = PCI_LOOKUP_NO_NUMBERS | PCI_LOOKUP_NO_HWDB;
   PciNames names;
   if (access == nullptr) return names;
   std::lock_guard<std::mutex> lock(mutex);
   char buffer[256];
   if (const char* name = pci_lookup_name(access, buffer, sizeof(buffer),
-                                         PCI_LOOKUP_VENDOR | PCI_LOOKUP_NO_NUMBERS, vendor_id)) {
+                                         PCI_LOOKUP_VENDOR | kLookupFlags, vendor_id)) {
     names.vendor = name;
   }
   if (const char* name =
-          pci_lookup_name(access, buffer, sizeof(buffer), PCI_LOOKUP_DEVICE | PCI_LOOKUP_NO_NUMBERS,
+          pci_lookup_name(access, buffer, sizeof(buffer), PCI_LOOKUP_DEVICE | kLookupFlags,
                           vendor_id, device_id)) {
     names.device = name;
   }
   if (const char* name =
-          pci_lookup_name(access, buffer, sizeof(buffer), PCI_LOOKUP_CLASS | PCI_LOOKUP_NO_NUMBERS,
+          pci_lookup_name(access, buffer, sizeof(buffer), PCI_LOOKUP_CLASS | kLookupFlags,
                           static_cast<int>(class_code >> 8))) {
     names.class_name = name;
   }
