@@ -100,7 +100,7 @@ TEST_F(TracerGpuTest, KnownWorkloadHasExactlyTheKnownCounts) {
 
 // Each traced kernel lasts what the CUDA events around it say, within 5 % or 75 us: the events
 // also bracket the launch, which under activity tracing took up to 58 us more than the kernel on
-// one H200 lease (2026-11-30, a 1.0 ms kernel: events 1.059 ms), a fixed cost, not a share.
+// one H200 (2026-11-30, a 1.0 ms kernel: events 1.059 ms), a fixed cost, not a share.
 TEST_F(TracerGpuTest, KernelDurationsMatchEvents) {
   std::vector<KernelTiming> timings;
   const TraceData data = traced_run(&timings);
