@@ -758,42 +758,42 @@ Status FusedSearch::run(const FusedRows& rows, const float* queries, std::size_t
   const std::size_t padded_queries = (chunk + per_block - 1) / per_block * per_block;
   const std::size_t max_groups =
       std::max<std::size_t>(1, std::size_t(sm_count_) * 4 / ((chunk + per_block - 1) / per_block));
-  GPUOPT_RETURN_IF_ERROR(query_scaled_.reserve(padded_queries * rows.padded_dim));
-  GPUOPT_RETURN_IF_ERROR(query_norm_.reserve(chunk));
-  GPUOPT_RETURN_IF_ERROR(query_squared_norm_.reserve(chunk));
-  GPUOPT_RETURN_IF_ERROR(candidate_value_.reserve(chunk * max_groups * capacity));
-  GPUOPT_RETURN_IF_ERROR(candidate_row_.reserve(chunk * max_groups * capacity));
-  GPUOPT_RETURN_IF_ERROR(candidate_count_.reserve(chunk * max_groups));
-  GPUOPT_RETURN_IF_ERROR(group_threshold_.reserve(chunk * max_groups));
+  GPUOPT_RETURN_IF_ERROR(reserve<__half>(query_scaled_, padded_queries * rows.padded_dim));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(query_norm_, chunk));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(query_squared_norm_, chunk));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(candidate_value_, chunk * max_groups * capacity));
+  GPUOPT_RETURN_IF_ERROR(reserve<std::uint32_t>(candidate_row_, chunk * max_groups * capacity));
+  GPUOPT_RETURN_IF_ERROR(reserve<std::int32_t>(candidate_count_, chunk * max_groups));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(group_threshold_, chunk * max_groups));
   const float eps = static_cast<float>(fused_cosine_error_bound(rows.padded_dim));
   for (std::size_t first = 0; first < query_count; first += chunk) {
     const std::size_t count = std::min(chunk, query_count - first);
     const std::size_t padded = (count + per_block - 1) / per_block * per_block;
     const float* chunk_queries = queries + first * rows.dim;
     if (padded > count) {
-      GPUOPT_CUDA_TRY(cudaMemsetAsync(query_scaled_.data + count * rows.padded_dim, 0,
+      GPUOPT_CUDA_TRY(cudaMemsetAsync(query_scaled_.data_as<__half>() + count * rows.padded_dim, 0,
                                       (padded - count) * rows.padded_dim * sizeof(__half), stream));
     }
-    GPUOPT_RETURN_IF_ERROR(fused_prepare_rows(chunk_queries, count, rows.dim, rows.padded_dim,
-                                              query_squared_norm_.data, query_norm_.data,
-                                              query_scaled_.data, stream));
+    GPUOPT_RETURN_IF_ERROR(fused_prepare_rows(
+        chunk_queries, count, rows.dim, rows.padded_dim, query_squared_norm_.data_as<float>(),
+        query_norm_.data_as<float>(), query_scaled_.data_as<__half>(), stream));
     SelectParams select{};
     select.rows = rows.scaled;
     select.row_norm = rows.norm;
     select.row_squared = rows.squared_norm;
     select.allow = rows.allow_mask;
     select.row_count = rows.rows;
-    select.queries = query_scaled_.data;
-    select.query_norm = query_norm_.data;
-    select.query_squared = query_squared_norm_.data;
+    select.queries = query_scaled_.data_as<__half>();
+    select.query_norm = query_norm_.data_as<float>();
+    select.query_squared = query_squared_norm_.data_as<float>();
     select.query_count = static_cast<int>(count);
     select.metric = rows.metric;
     select.eps = eps;
     select.k = k;
-    select.candidate_value = candidate_value_.data;
-    select.candidate_row = candidate_row_.data;
-    select.candidate_count = candidate_count_.data;
-    select.group_threshold = group_threshold_.data;
+    select.candidate_value = candidate_value_.data_as<float>();
+    select.candidate_row = candidate_row_.data_as<std::uint32_t>();
+    select.candidate_count = candidate_count_.data_as<std::int32_t>();
+    select.group_threshold = group_threshold_.data_as<float>();
     select.overflow = overflow + first;
     select.groups = static_cast<int>(max_groups);
     RerankParams rerank{};
@@ -801,16 +801,16 @@ Status FusedSearch::run(const FusedRows& rows, const float* queries, std::size_t
     rerank.row_norm = rows.norm;
     rerank.row_squared = rows.squared_norm;
     rerank.queries = chunk_queries;
-    rerank.query_norm = query_norm_.data;
-    rerank.query_squared = query_squared_norm_.data;
+    rerank.query_norm = query_norm_.data_as<float>();
+    rerank.query_squared = query_squared_norm_.data_as<float>();
     rerank.dim = rows.dim;
     rerank.metric = rows.metric;
     rerank.eps = eps;
     rerank.k = k;
-    rerank.candidate_value = candidate_value_.data;
-    rerank.candidate_row = candidate_row_.data;
-    rerank.candidate_count = candidate_count_.data;
-    rerank.group_threshold = group_threshold_.data;
+    rerank.candidate_value = candidate_value_.data_as<float>();
+    rerank.candidate_row = candidate_row_.data_as<std::uint32_t>();
+    rerank.candidate_count = candidate_count_.data_as<std::int32_t>();
+    rerank.group_threshold = group_threshold_.data_as<float>();
     rerank.overflow = overflow + first;
     rerank.out_distance = distance + first * k;
     rerank.out_position = position + first * k;

@@ -7,38 +7,21 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <utility>
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/core/status.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 namespace gpuopt::vector::detail {
 
-// Device buffer that grows (contents are not kept) and frees itself.
+// Makes `buffer` hold at least `count` elements of T; the contents are not kept.
 template <typename T>
-struct DeviceBuffer {
-  T* data = nullptr;
-  std::size_t size = 0;
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  Status reserve(std::size_t n) {
-    if (n <= size) return ok_status();
-    if (data != nullptr) GPUOPT_CUDA_TRY(cudaFree(data));
-    data = nullptr;
-    size = 0;
-    GPUOPT_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&data), n * sizeof(T)));
-    size = n;
-    return ok_status();
-  }
-  void swap(DeviceBuffer& other) {
-    std::swap(data, other.data);
-    std::swap(size, other.size);
-  }
-  ~DeviceBuffer() {
-    if (data != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(data));
-  }
-};
+Status reserve(runtime::DeviceBuffer& buffer, std::size_t count) {
+  if (count * sizeof(T) <= buffer.size_bytes()) return ok_status();
+  buffer.reset();
+  GPUOPT_ASSIGN_OR_RETURN(buffer, runtime::DeviceBuffer::allocate(count * sizeof(T)));
+  return ok_status();
+}
 
 inline constexpr std::size_t kFusedMaxDim = 128;  // the query tile lives in registers
 inline constexpr std::size_t kFusedMaxK = 128;
@@ -77,10 +60,11 @@ class FusedSearch {
              float* distance, std::uint64_t* position, std::int32_t* overflow, cudaStream_t stream);
 
  private:
-  DeviceBuffer<__half> query_scaled_;
-  DeviceBuffer<float> query_norm_, query_squared_norm_, candidate_value_, group_threshold_;
-  DeviceBuffer<std::uint32_t> candidate_row_;
-  DeviceBuffer<std::int32_t> candidate_count_;
+  runtime::DeviceBuffer query_scaled_;  // __half
+  // float
+  runtime::DeviceBuffer query_norm_, query_squared_norm_, candidate_value_, group_threshold_;
+  runtime::DeviceBuffer candidate_row_;    // std::uint32_t
+  runtime::DeviceBuffer candidate_count_;  // std::int32_t
   int sm_count_ = 0;
 };
 

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdio>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gpu_fused_search.cuh"
 #include "gpuopt/core/cuda_check.hpp"
@@ -27,6 +30,7 @@ std::string message(const char* format, Args... args) {
 
 constexpr int kThreads = 128;
 constexpr int kMaxCandidates = 128;  // k up to 128 (local memory; the fallback path)
+static_assert(std::size_t(kMaxCandidates) == kGpuMaxK);
 constexpr std::uint64_t kNoPosition = ~std::uint64_t{0};
 
 Status cublas_status(cublasStatus_t status, const char* expression) {
@@ -232,7 +236,8 @@ __global__ void k_rerank(const float* __restrict__ vectors, const float* __restr
   }
 }
 
-using detail::DeviceBuffer;
+using detail::reserve;
+using runtime::DeviceBuffer;
 
 int metric_code(Metric metric) {
   return metric == Metric::kL2 ? 0 : metric == Metric::kInnerProduct ? 1 : 2;
@@ -247,14 +252,17 @@ struct GpuDataset::State {
   Metric metric = Metric::kL2;
   std::size_t rows = 0;
   std::size_t capacity = 0;
-  DeviceBuffer<float> vectors, norms, row_norms;  // norms are squared (fp64 sums, stored fp32)
-  DeviceBuffer<__half> scaled;                    // [capacity, padded_dim] fp16 of v / |v|
+  // float [capacity, dim], [capacity], [capacity]: norms are squared (fp64 sums, stored fp32)
+  DeviceBuffer vectors, norms, row_norms;
+  DeviceBuffer scaled;  // __half [capacity, padded_dim]: fp16 of v / |v|
   cublasHandle_t cublas = nullptr;
   cudaStream_t own_stream = nullptr;  // used when a caller passes no stream
-  DeviceBuffer<float> queries, query_norms, dots, tile_distance, merged_distance, final_distance;
-  DeviceBuffer<std::uint64_t> tile_position, merged_position, final_position, mask;
-  DeviceBuffer<std::int32_t> overflow;
+  // Search scratch, grown on demand: float, then std::uint64_t, then std::int32_t elements.
+  DeviceBuffer queries, query_norms, dots, tile_distance, merged_distance, final_distance;
+  DeviceBuffer tile_position, merged_position, final_position, mask;
+  DeviceBuffer overflow;
   detail::FusedSearch fused;
+  std::vector<std::uint64_t> ids;  // [rows] on the host: what search() reports for each row
   ~State() {
     if (cublas != nullptr) cublasDestroy(cublas);
     if (own_stream != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaStreamDestroy(own_stream));
@@ -264,16 +272,16 @@ struct GpuDataset::State {
     return stream != nullptr ? static_cast<cudaStream_t>(stream) : own_stream;
   }
 
+  // Grows `buffer` from `keep` to `size` elements of T, keeping the first `keep`.
   template <typename T>
-  static Status grow_buffer(DeviceBuffer<T>& buffer, std::size_t keep, std::size_t size,
+  static Status grow_buffer(DeviceBuffer& buffer, std::size_t keep, std::size_t size,
                             cudaStream_t stream) {
-    DeviceBuffer<T> bigger;
-    GPUOPT_RETURN_IF_ERROR(bigger.reserve(size));
+    GPUOPT_ASSIGN_OR_RETURN(DeviceBuffer bigger, DeviceBuffer::allocate(size * sizeof(T)));
     if (keep > 0) {
-      GPUOPT_CUDA_TRY(cudaMemcpyAsync(bigger.data, buffer.data, keep * sizeof(T),
+      GPUOPT_CUDA_TRY(cudaMemcpyAsync(bigger.data(), buffer.data(), keep * sizeof(T),
                                       cudaMemcpyDeviceToDevice, stream));
     }
-    buffer.swap(bigger);
+    std::swap(buffer, bigger);
     // The old buffer is freed when `bigger` goes out of scope: the copy must be done by then.
     GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
     return ok_status();
@@ -282,29 +290,44 @@ struct GpuDataset::State {
   Status reserve_rows(std::size_t needed, cudaStream_t stream) {
     if (needed <= capacity) return ok_status();
     std::size_t bigger = std::max(needed, 2 * capacity);
-    GPUOPT_RETURN_IF_ERROR(grow_buffer(vectors, rows * dim, bigger * dim, stream));
-    GPUOPT_RETURN_IF_ERROR(grow_buffer(norms, rows, bigger, stream));
-    GPUOPT_RETURN_IF_ERROR(grow_buffer(row_norms, rows, bigger, stream));
+    GPUOPT_RETURN_IF_ERROR(grow_buffer<float>(vectors, rows * dim, bigger * dim, stream));
+    GPUOPT_RETURN_IF_ERROR(grow_buffer<float>(norms, rows, bigger, stream));
+    GPUOPT_RETURN_IF_ERROR(grow_buffer<float>(row_norms, rows, bigger, stream));
     if (padded_dim > 0) {
-      GPUOPT_RETURN_IF_ERROR(grow_buffer(scaled, rows * padded_dim, bigger * padded_dim, stream));
+      GPUOPT_RETURN_IF_ERROR(
+          grow_buffer<__half>(scaled, rows * padded_dim, bigger * padded_dim, stream));
     }
     capacity = bigger;
     return ok_status();
   }
 
-  Status append(const float* source, std::size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  Status append(const float* source, std::size_t count, std::span<const std::uint64_t> row_ids,
+                cudaMemcpyKind kind, cudaStream_t stream) {
+    if (!row_ids.empty() && row_ids.size() != count) {
+      return invalid_argument(message("GPU append: %zu ids for %zu rows", row_ids.size(), count));
+    }
     if (count == 0) return ok_status();
     if (source == nullptr) return invalid_argument("GPU append: vectors is null");
     GPUOPT_CUDA_TRY(cudaSetDevice(device));
     GPUOPT_RETURN_IF_ERROR(reserve_rows(rows + count, stream));
-    GPUOPT_CUDA_TRY(cudaMemcpyAsync(vectors.data + rows * dim, source, count * dim * sizeof(float),
-                                    kind, stream));
+    GPUOPT_CUDA_TRY(cudaMemcpyAsync(vectors.data_as<float>() + rows * dim, source,
+                                    count * dim * sizeof(float), kind, stream));
     GPUOPT_RETURN_IF_ERROR(detail::fused_prepare_rows(
-        vectors.data + rows * dim, count, static_cast<int>(dim), padded_dim, norms.data + rows,
-        row_norms.data + rows, padded_dim > 0 ? scaled.data + rows * padded_dim : nullptr, stream));
+        vectors.data_as<float>() + rows * dim, count, static_cast<int>(dim), padded_dim,
+        norms.data_as<float>() + rows, row_norms.data_as<float>() + rows,
+        padded_dim > 0 ? scaled.data_as<__half>() + rows * padded_dim : nullptr, stream));
+    if (row_ids.empty()) {
+      for (std::size_t i = 0; i < count; ++i) ids.push_back(rows + i);
+    } else {
+      ids.insert(ids.end(), row_ids.begin(), row_ids.end());
+    }
     rows += count;
     return ok_status();
   }
+
+  // Row positions and distances; search() adds the ids.
+  StatusOr<GpuSearchResult> search_positions(const float* queries, std::size_t query_count,
+                                             const GpuSearchOptions& options, void* stream);
 
   // The cuBLAS path. `mask_device`: device bitset or null.
   Status tiled_search(const float* host_queries, std::size_t query_count, std::size_t k, bool tf32,
@@ -335,20 +358,24 @@ StatusOr<std::unique_ptr<GpuDataset>> GpuDataset::create(std::size_t dim, Metric
   return std::unique_ptr<GpuDataset>(new GpuDataset(std::move(state)));
 }
 
-Status GpuDataset::append_host(const float* vectors, std::size_t rows, void* stream) {
-  return state_->append(vectors, rows, cudaMemcpyHostToDevice, state_->resolve(stream));
+Status GpuDataset::append_host(const float* vectors, std::size_t rows, void* stream,
+                               std::span<const std::uint64_t> ids) {
+  return state_->append(vectors, rows, ids, cudaMemcpyHostToDevice, state_->resolve(stream));
 }
 
-Status GpuDataset::append_device(const float* device_vectors, std::size_t rows, void* stream) {
+Status GpuDataset::append_device(const float* device_vectors, std::size_t rows, void* stream,
+                                 std::span<const std::uint64_t> ids) {
   cudaPointerAttributes attributes{};
   GPUOPT_CUDA_TRY(cudaPointerGetAttributes(&attributes, device_vectors));
   if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) {
     return invalid_argument("GPU append_device: the pointer is not device memory");
   }
-  return state_->append(device_vectors, rows, cudaMemcpyDeviceToDevice, state_->resolve(stream));
+  return state_->append(device_vectors, rows, ids, cudaMemcpyDeviceToDevice,
+                        state_->resolve(stream));
 }
 
-Status GpuDataset::append_dlpack(const DLTensor& tensor, void* stream) {
+Status GpuDataset::append_dlpack(const DLTensor& tensor, void* stream,
+                                 std::span<const std::uint64_t> ids) {
   if (tensor.ndim != 2 || tensor.shape == nullptr) {
     return invalid_argument(
         message("DLPack tensor: expected 2-D [rows, dim], got %d-D", tensor.ndim));
@@ -375,10 +402,10 @@ Status GpuDataset::append_dlpack(const DLTensor& tensor, void* stream) {
         return invalid_argument(message("DLPack tensor is on GPU %d, the dataset on GPU %d",
                                         tensor.device.device_id, state_->device));
       }
-      return state_->append(data, rows, cudaMemcpyDeviceToDevice, state_->resolve(stream));
+      return state_->append(data, rows, ids, cudaMemcpyDeviceToDevice, state_->resolve(stream));
     case 1:
     case 3:
-      return state_->append(data, rows, cudaMemcpyHostToDevice, state_->resolve(stream));
+      return state_->append(data, rows, ids, cudaMemcpyHostToDevice, state_->resolve(stream));
     default:
       return invalid_argument(
           message("DLPack tensor: device type %d is not supported", tensor.device.device_type));
@@ -397,19 +424,21 @@ Status GpuDataset::State::tiled_search(const float* host_queries, std::size_t qu
   const std::size_t chunk =
       std::clamp<std::size_t>((64u << 20) / (tile_rows * sizeof(float)), 1, 65535);
   const std::size_t chunk_queries = std::min(chunk, query_count);
-  GPUOPT_RETURN_IF_ERROR(s.queries.reserve(query_count * dim));
-  GPUOPT_RETURN_IF_ERROR(s.query_norms.reserve(query_count));
-  GPUOPT_RETURN_IF_ERROR(s.dots.reserve(chunk_queries * tile_rows));
-  GPUOPT_RETURN_IF_ERROR(s.tile_distance.reserve(chunk_queries * tiles * count));
-  GPUOPT_RETURN_IF_ERROR(s.tile_position.reserve(chunk_queries * tiles * count));
-  GPUOPT_RETURN_IF_ERROR(s.merged_distance.reserve(query_count * count));
-  GPUOPT_RETURN_IF_ERROR(s.merged_position.reserve(query_count * count));
-  GPUOPT_RETURN_IF_ERROR(s.final_distance.reserve(query_count * k));
-  GPUOPT_RETURN_IF_ERROR(s.final_position.reserve(query_count * k));
-  GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.queries.data, host_queries, query_count * dim * sizeof(float),
-                                  cudaMemcpyHostToDevice, stream));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(s.queries, query_count * dim));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(s.query_norms, query_count));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(s.dots, chunk_queries * tile_rows));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(s.tile_distance, chunk_queries * tiles * count));
+  GPUOPT_RETURN_IF_ERROR(reserve<std::uint64_t>(s.tile_position, chunk_queries * tiles * count));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(s.merged_distance, query_count * count));
+  GPUOPT_RETURN_IF_ERROR(reserve<std::uint64_t>(s.merged_position, query_count * count));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(s.final_distance, query_count * k));
+  GPUOPT_RETURN_IF_ERROR(reserve<std::uint64_t>(s.final_position, query_count * k));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.queries.data_as<float>(), host_queries,
+                                  query_count * dim * sizeof(float), cudaMemcpyHostToDevice,
+                                  stream));
   k_squared_norms_f32<<<static_cast<unsigned>((query_count * 32 + 255) / 256), 256, 0, stream>>>(
-      s.queries.data, query_count, static_cast<int>(dim), s.query_norms.data);
+      s.queries.data_as<float>(), query_count, static_cast<int>(dim),
+      s.query_norms.data_as<float>());
   GPUOPT_CUDA_TRY_LAUNCH();
   GPUOPT_CUBLAS_TRY(cublasSetStream(s.cublas, stream));
   GPUOPT_CUBLAS_TRY(
@@ -424,30 +453,33 @@ Status GpuDataset::State::tiled_search(const float* host_queries, std::size_t qu
       // Column-major C[nr, nq] = X_tile[nr, dim] * Q[dim, nq]: row q of the result is query q.
       GPUOPT_CUBLAS_TRY(cublasSgemm(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nr),
                                     static_cast<int>(nq), static_cast<int>(dim), &one,
-                                    s.vectors.data + r0 * dim, static_cast<int>(dim),
-                                    s.queries.data + q0 * dim, static_cast<int>(dim), &zero,
-                                    s.dots.data, static_cast<int>(nr)));
+                                    s.vectors.data_as<float>() + r0 * dim, static_cast<int>(dim),
+                                    s.queries.data_as<float>() + q0 * dim, static_cast<int>(dim),
+                                    &zero, s.dots.data_as<float>(), static_cast<int>(nr)));
       k_tile_topk<<<static_cast<unsigned>(nq), kThreads, 0, stream>>>(
-          s.dots.data, static_cast<int>(nr), s.norms.data + r0, s.query_norms.data + q0, metric_id,
-          static_cast<int>(count), r0, mask_device, static_cast<int>(t), static_cast<int>(tiles),
-          s.tile_distance.data, s.tile_position.data);
+          s.dots.data_as<float>(), static_cast<int>(nr), s.norms.data_as<float>() + r0,
+          s.query_norms.data_as<float>() + q0, metric_id, static_cast<int>(count), r0, mask_device,
+          static_cast<int>(t), static_cast<int>(tiles), s.tile_distance.data_as<float>(),
+          s.tile_position.data_as<std::uint64_t>());
       GPUOPT_CUDA_TRY_LAUNCH();
     }
     k_merge_candidates<<<static_cast<unsigned>(nq), kThreads, 0, stream>>>(
-        s.tile_distance.data, s.tile_position.data, static_cast<int>(tiles * count),
-        static_cast<int>(count), s.merged_distance.data + q0 * count,
-        s.merged_position.data + q0 * count);
+        s.tile_distance.data_as<float>(), s.tile_position.data_as<std::uint64_t>(),
+        static_cast<int>(tiles * count), static_cast<int>(count),
+        s.merged_distance.data_as<float>() + q0 * count,
+        s.merged_position.data_as<std::uint64_t>() + q0 * count);
     GPUOPT_CUDA_TRY_LAUNCH();
   }
-  const float* out_distance = s.merged_distance.data;
-  const std::uint64_t* out_position = s.merged_position.data;
+  const float* out_distance = s.merged_distance.data_as<float>();
+  const std::uint64_t* out_position = s.merged_position.data_as<std::uint64_t>();
   if (tf32) {
     k_rerank<<<static_cast<unsigned>(query_count), 32, 0, stream>>>(
-        s.vectors.data, s.queries.data, static_cast<int>(dim), metric_id, s.merged_position.data,
-        static_cast<int>(count), static_cast<int>(k), s.final_distance.data, s.final_position.data);
+        s.vectors.data_as<float>(), s.queries.data_as<float>(), static_cast<int>(dim), metric_id,
+        s.merged_position.data_as<std::uint64_t>(), static_cast<int>(count), static_cast<int>(k),
+        s.final_distance.data_as<float>(), s.final_position.data_as<std::uint64_t>());
     GPUOPT_CUDA_TRY_LAUNCH();
-    out_distance = s.final_distance.data;
-    out_position = s.final_position.data;
+    out_distance = s.final_distance.data_as<float>();
+    out_position = s.final_position.data_as<std::uint64_t>();
   } else if (count != k) {
     return internal_error("tiled search: candidate count differs from k without re-rank");
   }
@@ -462,9 +494,24 @@ Status GpuDataset::State::tiled_search(const float* host_queries, std::size_t qu
 }
 
 StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t query_count,
-                                             const GpuSearchOptions& options,
-                                             void* stream_pointer) {
-  State& s = *state_;
+                                             const GpuSearchOptions& options, void* stream) {
+  GPUOPT_ASSIGN_OR_RETURN(GpuSearchResult result,
+                          state_->search_positions(queries, query_count, options, stream));
+  // Positions to ids on the host, after the copies back: no device work added.
+  const std::vector<std::uint64_t>& ids = state_->ids;
+  result.ids.resize(result.positions.size());
+  for (std::size_t i = 0; i < result.positions.size(); ++i) {
+    const std::uint64_t p = result.positions[i];
+    result.ids[i] = p < ids.size() ? ids[p] : kNoPosition;
+  }
+  return result;
+}
+
+StatusOr<GpuSearchResult> GpuDataset::State::search_positions(const float* queries,
+                                                              std::size_t query_count,
+                                                              const GpuSearchOptions& options,
+                                                              void* stream_pointer) {
+  State& s = *this;
   cudaStream_t stream = s.resolve(stream_pointer);
   const std::size_t k = options.k;
   if (k == 0 || k > std::size_t(kMaxCandidates)) {
@@ -479,10 +526,10 @@ StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t q
   const std::uint64_t* mask_device = nullptr;
   if (options.allow_mask != nullptr) {
     const std::size_t words = (s.rows + 63) / 64;
-    GPUOPT_RETURN_IF_ERROR(s.mask.reserve(words));
-    GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.mask.data, options.allow_mask, words * sizeof(std::uint64_t),
-                                    cudaMemcpyHostToDevice, stream));
-    mask_device = s.mask.data;
+    GPUOPT_RETURN_IF_ERROR(reserve<std::uint64_t>(s.mask, words));
+    GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.mask.data_as<std::uint64_t>(), options.allow_mask,
+                                    words * sizeof(std::uint64_t), cudaMemcpyHostToDevice, stream));
+    mask_device = s.mask.data_as<std::uint64_t>();
   }
   const bool fused = options.precision == GpuPrecision::kFp32 && s.padded_dim > 0 &&
                      k <= detail::kFusedMaxK && s.rows < (std::size_t{1} << 31);
@@ -492,25 +539,27 @@ StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t q
                                           options.tile_rows, mask_device, result, stream));
     return result;
   }
-  GPUOPT_RETURN_IF_ERROR(s.queries.reserve(query_count * s.dim));
-  GPUOPT_RETURN_IF_ERROR(s.final_distance.reserve(query_count * k));
-  GPUOPT_RETURN_IF_ERROR(s.final_position.reserve(query_count * k));
-  GPUOPT_RETURN_IF_ERROR(s.overflow.reserve(query_count));
-  GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.queries.data, queries, query_count * s.dim * sizeof(float),
-                                  cudaMemcpyHostToDevice, stream));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(s.queries, query_count * s.dim));
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(s.final_distance, query_count * k));
+  GPUOPT_RETURN_IF_ERROR(reserve<std::uint64_t>(s.final_position, query_count * k));
+  GPUOPT_RETURN_IF_ERROR(reserve<std::int32_t>(s.overflow, query_count));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.queries.data_as<float>(), queries,
+                                  query_count * s.dim * sizeof(float), cudaMemcpyHostToDevice,
+                                  stream));
   detail::FusedRows rows;
-  rows.vectors = s.vectors.data;
-  rows.squared_norm = s.norms.data;
-  rows.norm = s.row_norms.data;
-  rows.scaled = s.scaled.data;
+  rows.vectors = s.vectors.data_as<float>();
+  rows.squared_norm = s.norms.data_as<float>();
+  rows.norm = s.row_norms.data_as<float>();
+  rows.scaled = s.scaled.data_as<__half>();
   rows.allow_mask = mask_device;
   rows.rows = s.rows;
   rows.dim = static_cast<int>(s.dim);
   rows.padded_dim = s.padded_dim;
   rows.metric = metric_code(s.metric);
   Status status =
-      s.fused.run(rows, s.queries.data, query_count, static_cast<int>(k), s.final_distance.data,
-                  s.final_position.data, s.overflow.data, stream);
+      s.fused.run(rows, s.queries.data_as<float>(), query_count, static_cast<int>(k),
+                  s.final_distance.data_as<float>(), s.final_position.data_as<std::uint64_t>(),
+                  s.overflow.data_as<std::int32_t>(), stream);
   if (status.code() == StatusCode::kUnavailable) {
     // This GPU cannot hold the fused kernel's shared memory: the cuBLAS path answers.
     GPUOPT_RETURN_IF_ERROR(s.tiled_search(queries, query_count, k, false, options.tile_rows,
@@ -519,12 +568,12 @@ StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t q
   }
   GPUOPT_RETURN_IF_ERROR(status);
   std::vector<std::int32_t> overflow(query_count);
-  GPUOPT_CUDA_TRY(cudaMemcpyAsync(result.distances.data(), s.final_distance.data,
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(result.distances.data(), s.final_distance.data_as<float>(),
                                   query_count * k * sizeof(float), cudaMemcpyDeviceToHost, stream));
-  GPUOPT_CUDA_TRY(cudaMemcpyAsync(result.positions.data(), s.final_position.data,
-                                  query_count * k * sizeof(std::uint64_t), cudaMemcpyDeviceToHost,
-                                  stream));
-  GPUOPT_CUDA_TRY(cudaMemcpyAsync(overflow.data(), s.overflow.data,
+  GPUOPT_CUDA_TRY(
+      cudaMemcpyAsync(result.positions.data(), s.final_position.data_as<std::uint64_t>(),
+                      query_count * k * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, stream));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(overflow.data(), s.overflow.data_as<std::int32_t>(),
                                   query_count * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
                                   stream));
   GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
@@ -555,7 +604,7 @@ StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t q
 
 std::size_t GpuDataset::rows() const { return state_->rows; }
 std::size_t GpuDataset::dim() const { return state_->dim; }
-const float* GpuDataset::device_vectors() const { return state_->vectors.data; }
-const float* GpuDataset::device_norms() const { return state_->norms.data; }
+const float* GpuDataset::device_vectors() const { return state_->vectors.data_as<float>(); }
+const float* GpuDataset::device_norms() const { return state_->norms.data_as<float>(); }
 
 }  // namespace gpuopt::vector

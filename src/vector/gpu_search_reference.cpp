@@ -55,13 +55,13 @@ GpuDataset::~GpuDataset() = default;
 StatusOr<std::unique_ptr<GpuDataset>> GpuDataset::create(std::size_t, Metric, std::size_t, int) {
   return unimplemented("GPU vector search: gpuopt was built without CUDA");
 }
-Status GpuDataset::append_host(const float*, std::size_t, void*) {
+Status GpuDataset::append_host(const float*, std::size_t, void*, std::span<const std::uint64_t>) {
   return unimplemented("GPU vector search: built without CUDA");
 }
-Status GpuDataset::append_device(const float*, std::size_t, void*) {
+Status GpuDataset::append_device(const float*, std::size_t, void*, std::span<const std::uint64_t>) {
   return unimplemented("GPU vector search: built without CUDA");
 }
-Status GpuDataset::append_dlpack(const DLTensor&, void*) {
+Status GpuDataset::append_dlpack(const DLTensor&, void*, std::span<const std::uint64_t>) {
   return unimplemented("GPU vector search: built without CUDA");
 }
 StatusOr<GpuSearchResult> GpuDataset::search(const float*, std::size_t, const GpuSearchOptions&,

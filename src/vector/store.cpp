@@ -6,11 +6,13 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <unordered_set>
 
 #include "gpuopt/vector/filter.hpp"
+#include "gpuopt/vector/gpu_search.hpp"
 #include "search_kernels.hpp"
 #include "segment.hpp"
 
@@ -117,6 +119,12 @@ struct Collection::State {
   std::optional<detail::IvfFlat> ivf;
   IvfParams ivf_params;
   std::optional<std::vector<Metadata>> metadata_by_position;
+  // The GPU engine's copy of the rows, in position order: segments [0, gpu_segments) are on
+  // gpu_device. Rows are only ever appended, so a write leaves it valid; the next GPU query copies
+  // the new segments.
+  std::unique_ptr<GpuDataset> gpu;
+  int gpu_device = -1;
+  std::size_t gpu_segments = 0;
 
   void mark_dead(std::uint64_t position) {
     if (dead.size() <= position / 64) dead.resize(position / 64 + 1, 0);
@@ -430,15 +438,60 @@ StatusOr<double> Collection::build_ivf(const IvfParams& params, int threads) {
   return seconds;
 }
 
+namespace {
+
+// Why the GPU engine cannot answer these options; empty when it can try.
+std::string gpu_unsupported_reason(const QueryOptions& options) {
+  if (options.index != IndexKind::kExact) {
+    return fmt::format("the GPU engine answers exact queries only (index {})",
+                       options.index == IndexKind::kIvf ? "ivf" : "?");
+  }
+  if (options.k > kGpuMaxK) {
+    return fmt::format("k {} is above the GPU engine's largest, {}", options.k, kGpuMaxK);
+  }
+  return {};
+}
+
+}  // namespace
+
 StatusOr<SearchResults> Collection::query(const float* queries, std::size_t query_count,
-                                          const QueryOptions& options) {
+                                          const QueryOptions& options, QueryReport* report) {
   State& s = *state_;
   if (options.k == 0) return invalid_argument("query: k must be at least 1");
   if (query_count > 0 && queries == nullptr) return invalid_argument("query: queries is null");
+  QueryReport unused;
+  QueryReport& how = report != nullptr ? *report : unused;
+  how = QueryReport{};
+  // Deletes and filters become one bitset over positions, shared by both engines.
+  const bool everything_live = s.dead_count == 0 && options.where_json.empty();
   std::vector<std::uint64_t> mask;
-  GPUOPT_ASSIGN_OR_RETURN(auto spans, rows(options.where_json, &mask));
-  bool everything_live = s.dead_count == 0 && options.where_json.empty();
-  const detail::AllowMask* allow = everything_live ? nullptr : &mask;
+  GPUOPT_ASSIGN_OR_RETURN(auto spans, rows(options.where_json, everything_live ? nullptr : &mask));
+  const std::vector<std::uint64_t>* allow = everything_live ? nullptr : &mask;
+  if (options.engine != QueryEngine::kCpu) {
+    std::string reason = gpu_unsupported_reason(options);
+    if (reason.empty()) {
+      auto found = query_gpu(queries, query_count, options, spans, allow, how);
+      if (found.ok()) {
+        how.engine = QueryEngine::kGpu;
+        return found;
+      }
+      if (options.engine == QueryEngine::kGpu) return found.status();
+      reason = found.status().to_string();
+    } else if (options.engine == QueryEngine::kGpu) {
+      return options.index == IndexKind::kExact ? invalid_argument(reason) : unimplemented(reason);
+    }
+    how = QueryReport{};
+    how.fallback_reason = std::move(reason);
+  }
+  how.engine = QueryEngine::kCpu;
+  return query_cpu(queries, query_count, options, spans, allow);
+}
+
+StatusOr<SearchResults> Collection::query_cpu(const float* queries, std::size_t query_count,
+                                              const QueryOptions& options,
+                                              const std::vector<RowSpan>& spans,
+                                              const std::vector<std::uint64_t>* allow) {
+  State& s = *state_;
   std::vector<detail::TopK> found;
   if (options.index == IndexKind::kIvf) {
     if (!s.ivf) GPUOPT_RETURN_IF_ERROR(build_ivf(options.ivf, options.threads).status());
@@ -464,6 +517,67 @@ StatusOr<SearchResults> Collection::query(const float* queries, std::size_t quer
     }
   }
   return results;
+}
+
+StatusOr<SearchResults> Collection::query_gpu(const float* queries, std::size_t query_count,
+                                              const QueryOptions& options,
+                                              const std::vector<RowSpan>& spans,
+                                              const std::vector<std::uint64_t>* allow,
+                                              QueryReport& report) {
+  State& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  bool copied = false;
+  if (s.gpu == nullptr || s.gpu_device != options.gpu.device) {
+    s.gpu.reset();
+    s.gpu_segments = 0;
+    GPUOPT_ASSIGN_OR_RETURN(
+        s.gpu, GpuDataset::create(s.config.dim, s.config.metric, s.total_rows, options.gpu.device));
+    s.gpu_device = options.gpu.device;
+    copied = true;
+  }
+  if (s.gpu_segments < spans.size()) {
+    copied = true;
+    for (; s.gpu_segments < spans.size(); ++s.gpu_segments) {
+      const RowSpan& span = spans[s.gpu_segments];
+      Status appended = s.gpu->append_host(span.vectors, span.rows, nullptr, {span.ids, span.rows});
+      if (!appended.ok()) {
+        // A partial copy would shift every later position: start over next time.
+        s.gpu.reset();
+        s.gpu_segments = 0;
+        return appended.with_context("GPU engine: copying the collection's rows");
+      }
+      report.gpu_rows_uploaded += span.rows;
+    }
+  }
+  if (copied) {
+    report.gpu_upload_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  GpuSearchOptions search;
+  search.k = options.k;
+  search.precision = options.gpu.precision;
+  search.tile_rows = options.gpu.tile_rows;
+  search.allow_mask = allow != nullptr ? allow->data() : nullptr;
+  GPUOPT_ASSIGN_OR_RETURN(GpuSearchResult found,
+                          s.gpu->search(queries, query_count, search, nullptr));
+  report.gpu_fused = found.fused;
+  report.gpu_fallback_queries = found.fallback_queries;
+  SearchResults results(query_count);
+  for (std::size_t q = 0; q < query_count; ++q) {
+    results[q].reserve(options.k);
+    for (std::size_t i = 0; i < options.k; ++i) {
+      const std::size_t slot = q * options.k + i;
+      if (found.positions[slot] == ~std::uint64_t{0}) break;  // fewer allowed rows than k
+      results[q].push_back({found.ids[slot], found.distances[slot]});
+    }
+  }
+  return results;
+}
+
+void Collection::release_gpu() {
+  state_->gpu.reset();
+  state_->gpu_segments = 0;
+  state_->gpu_device = -1;
 }
 
 Status Collection::verify() {

@@ -30,4 +30,23 @@ StatusOr<IndexKind> parse_index_kind(std::string_view text) {
   return invalid_argument(fmt::format("unknown index \"{}\" (expected exact or ivf)", text));
 }
 
+std::string_view query_engine_name(QueryEngine engine) {
+  switch (engine) {
+    case QueryEngine::kCpu:
+      return "cpu";
+    case QueryEngine::kGpu:
+      return "gpu";
+    case QueryEngine::kAuto:
+      return "auto";
+  }
+  return "cpu";
+}
+
+StatusOr<QueryEngine> parse_query_engine(std::string_view text) {
+  if (text == "cpu") return QueryEngine::kCpu;
+  if (text == "gpu") return QueryEngine::kGpu;
+  if (text == "auto") return QueryEngine::kAuto;
+  return invalid_argument(fmt::format("unknown engine \"{}\" (expected cpu, gpu or auto)", text));
+}
+
 }  // namespace gpuopt::vector

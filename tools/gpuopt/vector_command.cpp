@@ -9,7 +9,6 @@
 #include <string>
 
 #include "command_registry.hpp"
-#include "gpuopt/vector/gpu_search.hpp"
 #include "gpuopt/vector/store.hpp"
 #include "gpuopt/vector/vector_file.hpp"
 
@@ -149,69 +148,42 @@ int run_import(const VectorArgs& args) {
   return kExitOk;
 }
 
-// Exact search on the GPU: uploads the collection's rows (timed separately), then searches
-// `--repeat` times and reports the median.
+// Exact search on the GPU through Collection::query: the first (untimed) search copies the
+// collection's rows to the device (timed separately), then `--repeat` searches give the median.
 int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec::VectorFile& file,
-                  double open_seconds) {
+                  vec::QueryOptions options, double open_seconds) {
   if (args.index != "exact") {
     return fail(args, unimplemented("--engine gpu supports --index exact only"));
   }
-  vec::GpuSearchOptions options;
-  options.k = args.k;
   if (args.precision == "tf32") {
-    options.precision = vec::GpuPrecision::kTf32Rerank;
+    options.gpu.precision = vec::GpuPrecision::kTf32Rerank;
   } else if (args.precision != "fp32") {
     return fail(args, invalid_argument(
                           fmt::format("--precision {}: expected fp32 or tf32", args.precision)));
   }
-  auto upload_start = std::chrono::steady_clock::now();
-  // Filters and deletes: the host evaluates them into a bitset of allowed rows for the GPU.
-  std::vector<std::uint64_t> allow;
-  const bool masked = !args.where.empty() || collection.stats().deleted != 0;
-  auto spans = collection.rows(args.where, masked ? &allow : nullptr);
-  if (!spans.ok()) return fail(args, spans.status());
-  if (masked) options.allow_mask = allow.data();
-  auto dataset = vec::GpuDataset::create(collection.dim(), collection.metric(), collection.size());
-  if (!dataset.ok()) return fail(args, dataset.status());
-  for (const auto& span : *spans) {
-    Status status = (*dataset)->append_host(span.vectors, span.rows, nullptr);
-    if (!status.ok()) return fail(args, status);
-  }
-  double upload_seconds = seconds_since(upload_start);
-  StatusOr<vec::GpuSearchResult> result = vec::GpuSearchResult{};
+  options.engine = vec::QueryEngine::kGpu;
+  StatusOr<vec::SearchResults> results = vec::SearchResults{};
+  vec::QueryReport report;
+  double upload_seconds = 0;
   std::vector<double> times;
-  // One untimed warm-up (cuBLAS heuristics, scratch allocation), then the timed runs.
+  // One untimed warm-up (the copy to the device, cuBLAS heuristics, scratch), then the timed runs.
   for (int r = 0; r <= std::max(1, args.repeat); ++r) {
     auto start = std::chrono::steady_clock::now();
-    result = (*dataset)->search(file.values.data(), file.rows, options, nullptr);
-    if (!result.ok()) return fail(args, result.status());
+    results = collection.query(file.values.data(), file.rows, options, &report);
+    if (!results.ok()) return fail(args, results.status());
+    if (r == 0) upload_seconds = report.gpu_upload_seconds;
     if (r > 0) times.push_back(seconds_since(start));
   }
   std::sort(times.begin(), times.end());
   double query_seconds = times[times.size() / 2];
-  // Positions count rows across segments; map them to ids.
-  std::vector<const std::uint64_t*> ids;
-  std::vector<std::size_t> firsts;
-  std::size_t first = 0;
-  for (const auto& span : *spans) {
-    ids.push_back(span.ids);
-    firsts.push_back(first);
-    first += span.rows;
-  }
   json hits = json::array();
   std::string text;
   for (std::size_t q = 0; q < file.rows; ++q) {
     json row = json::array();
     std::string line = fmt::format("query {}:", q);
-    for (std::size_t i = 0; i < args.k; ++i) {
-      std::uint64_t p = result->positions[q * args.k + i];
-      if (p >= first) continue;
-      std::size_t s = static_cast<std::size_t>(std::upper_bound(firsts.begin(), firsts.end(), p) -
-                                               firsts.begin() - 1);
-      std::uint64_t id = ids[s][p - firsts[s]];
-      float distance = result->distances[q * args.k + i];
-      row.push_back({{"id", id}, {"distance", distance}});
-      line += fmt::format(" {}:{:.4g}", id, distance);
+    for (const auto& hit : (*results)[q]) {
+      row.push_back({{"id", hit.id}, {"distance", hit.distance}});
+      line += fmt::format(" {}:{:.4g}", hit.id, hit.distance);
     }
     hits.push_back(std::move(row));
     if (q < 5 || args.show_all) text += line + "\n";
@@ -264,7 +236,7 @@ int run_query(const VectorArgs& args) {
   options.ivf.nlist = args.nlist;
   options.where_json = args.where;
   options.threads = args.threads;
-  if (args.engine == "gpu") return run_query_gpu(args, **collection, *file, open_seconds);
+  if (args.engine == "gpu") return run_query_gpu(args, **collection, *file, options, open_seconds);
   if (args.engine != "cpu") {
     return fail(args,
                 invalid_argument(fmt::format("--engine {}: expected cpu or gpu", args.engine)));

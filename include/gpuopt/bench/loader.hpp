@@ -73,4 +73,26 @@ std::vector<std::string> testcase_keys();
 // 0 every criterion met, 1 a criterion missed, 2 a testcase failed.
 int exit_code_for(const std::vector<TestcaseResult>& results);
 
+// The record-file read paths (`--record-file PATH --io ...`): each path reads the whole file
+// through a GPU-mode loader (sequential, fixed depth 8), `repeats` times, the file's pages dropped
+// from the page cache before each pass; GB/s = bytes delivered / wall time.
+struct RecordIoBenchOptions {
+  std::string path;
+  std::size_t record_bytes = std::size_t{512} << 10;
+  std::size_t batch_size = 8;  // records per batch
+  int workers = 8;
+  int repeats = 3;  // passes over the file per path
+};
+
+// Writes `mib` MiB of random bytes to `path` (replacing it) and flushes them to the disk.
+Status create_record_file(const std::string& path, std::size_t mib);
+// "auto", "pread", "cufile" (data::parse_record_io; empty = auto) or "compare" (pread and cufile).
+StatusOr<std::vector<data::RecordIo>> record_io_paths(const std::string& io);
+// One testcase per path, keyed by the path's name; cufile is waived when cuFile cannot open the
+// file, every path when no GPU is usable.
+Suite make_record_io_suite(const RecordIoBenchOptions& options,
+                           const std::vector<data::RecordIo>& paths);
+// 0 every path ran (or was waived), 2 a testcase failed.
+int record_io_exit_code_for(const std::vector<TestcaseResult>& results);
+
 }  // namespace gpuopt::bench::loader

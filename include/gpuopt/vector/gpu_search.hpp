@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "gpuopt/core/status.hpp"
@@ -38,14 +39,8 @@ struct DLTensor {
   std::uint64_t byte_offset;
 };
 
-enum class GpuPrecision {
-  // Exact: the fused fp16 tensor-core pass with a conservative bound + fp64 re-rank (equals float64
-  // brute force up to ties) where it applies, else the cuBLAS fp32 path (ties within fp32
-  // rounding).
-  kFp32,
-  kTf32Rerank,  // TF32 tensor-core GEMM picks 4k candidates, re-ranked with fp32 (approximate)
-  kFp32Tiled,   // always the cuBLAS fp32 tiles + top-k path (the fallback, kept for comparison)
-};
+// The largest k the GPU search answers.
+inline constexpr std::size_t kGpuMaxK = 128;
 
 struct GpuSearchOptions {
   std::size_t k = 10;  // 1..128
@@ -59,6 +54,7 @@ struct GpuSearchOptions {
 
 struct GpuSearchResult {
   std::vector<std::uint64_t> positions;  // [query_count, k] row positions; ~0 when fewer rows
+  std::vector<std::uint64_t> ids;        // [query_count, k] the rows' ids; ~0 when fewer rows
   std::vector<float> distances;          // [query_count, k]; FLT_MAX where no row
   bool fused = false;                    // the fused tensor-core path answered (else cuBLAS tiles)
   std::size_t fallback_queries = 0;  // queries the fused path handed to the cuBLAS path (near-ties)
@@ -75,13 +71,18 @@ class GpuDataset {
   static StatusOr<std::unique_ptr<GpuDataset>> create(std::size_t dim, Metric metric,
                                                       std::size_t capacity, int device = 0);
 
+  // Every append takes the rows' ids (host memory, one per row, kept on the host); without them a
+  // row's id is its position, the number of rows appended before it.
   // Appends rows from host memory (pinned or pageable); stream-ordered on `stream`.
-  Status append_host(const float* vectors, std::size_t rows, void* stream);
+  Status append_host(const float* vectors, std::size_t rows, void* stream,
+                     std::span<const std::uint64_t> ids = {});
   // Zero-copy ingest: appends rows from a device pointer with a device-to-device copy on
   // `stream`; norms are computed on the device. The data never visits the host.
-  Status append_device(const float* device_vectors, std::size_t rows, void* stream);
+  Status append_device(const float* device_vectors, std::size_t rows, void* stream,
+                       std::span<const std::uint64_t> ids = {});
   // DLPack tensor [rows, dim] float32, on CUDA (device_id must match) or CPU memory.
-  Status append_dlpack(const DLTensor& tensor, void* stream);
+  Status append_dlpack(const DLTensor& tensor, void* stream,
+                       std::span<const std::uint64_t> ids = {});
 
   // queries: host [query_count, dim]. Synchronizes `stream` before returning.
   StatusOr<GpuSearchResult> search(const float* queries, std::size_t query_count,

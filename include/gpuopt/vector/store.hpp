@@ -98,9 +98,16 @@ class Collection {
   // One past the largest id below 2^63 in the collection (0 when empty): where imports continue.
   StatusOr<std::uint64_t> next_free_id() const;
 
-  // queries: [query_count, dim]. Exact or IVF-Flat (trained on first use, kept until a write).
+  // queries: host [query_count, dim]. Exact or IVF-Flat (trained on first use, kept until a write).
+  // options.engine picks the engine: the CPU, the GPU exact search, or the GPU where it can answer
+  // and the CPU otherwise; `report` (may be null) says which answered and why. Either way the hits
+  // carry the rows' ids, and deleted or filtered-out rows never come back.
+  // The GPU engine keeps a copy of the rows on options.gpu.device from its first query on: later
+  // queries copy only the rows written since; deletes and filters travel as a per-query bitset.
   StatusOr<SearchResults> query(const float* queries, std::size_t query_count,
-                                const QueryOptions& options);
+                                const QueryOptions& options, QueryReport* report = nullptr);
+  // Frees the GPU engine's copy of the rows (the next GPU query makes it again).
+  void release_gpu();
   // (Re)trains the IVF index now; returns the training time in seconds.
   StatusOr<double> build_ivf(const IvfParams& params, int threads = 0);
 
@@ -118,6 +125,12 @@ class Collection {
   explicit Collection(std::unique_ptr<State> state);
   Status write_batch(std::span<const std::uint64_t> ids, const float* vectors,
                      std::span<const Metadata> metadata, bool replace);
+  StatusOr<SearchResults> query_cpu(const float* queries, std::size_t query_count,
+                                    const QueryOptions& options, const std::vector<RowSpan>& spans,
+                                    const std::vector<std::uint64_t>* allow);
+  StatusOr<SearchResults> query_gpu(const float* queries, std::size_t query_count,
+                                    const QueryOptions& options, const std::vector<RowSpan>& spans,
+                                    const std::vector<std::uint64_t>* allow, QueryReport& report);
   std::unique_ptr<State> state_;
   // Pinned host staging for add_device (cudaFreeHost deleter), grown on demand.
   std::shared_ptr<void> device_staging_;

@@ -40,6 +40,31 @@ struct IvfParams {
   std::uint64_t seed = 1234;
 };
 
+// Where Collection::query runs.
+enum class QueryEngine {
+  kCpu,   // the CPU (SIMD) search, exact or IVF
+  kGpu,   // the GPU exact search; an error when it cannot answer (no CUDA, no device, IVF, k)
+  kAuto,  // the GPU when it can answer, else the CPU, with the reason in QueryReport
+};
+std::string_view query_engine_name(QueryEngine engine);  // "cpu", "gpu", "auto"
+StatusOr<QueryEngine> parse_query_engine(std::string_view text);
+
+enum class GpuPrecision {
+  // Exact: the fused fp16 tensor-core pass with a conservative bound + fp64 re-rank (equals float64
+  // brute force up to ties) where it applies, else the cuBLAS fp32 path (ties within fp32
+  // rounding).
+  kFp32,
+  kTf32Rerank,  // TF32 tensor-core GEMM picks 4k candidates, re-ranked with fp32 (approximate)
+  kFp32Tiled,   // always the cuBLAS fp32 tiles + top-k path (the fallback, kept for comparison)
+};
+
+// Settings of the GPU engine behind Collection::query.
+struct GpuQueryOptions {
+  int device = 0;  // the collection's rows are copied to this device on the first GPU query
+  GpuPrecision precision = GpuPrecision::kFp32;
+  std::size_t tile_rows = 16384;  // cuBLAS path: rows per GEMM tile
+};
+
 struct QueryOptions {
   std::size_t k = 10;
   IndexKind index = IndexKind::kExact;
@@ -47,6 +72,19 @@ struct QueryOptions {
   IvfParams ivf;           // used when the IVF index has to be (re)built
   std::string where_json;  // Chroma-style `where` filter; empty = none
   int threads = 0;         // 0 = all hardware threads
+  QueryEngine engine = QueryEngine::kCpu;
+  GpuQueryOptions gpu;  // used when the GPU answers
+};
+
+// How Collection::query answered.
+struct QueryReport {
+  QueryEngine engine = QueryEngine::kCpu;  // the engine that answered: kCpu or kGpu
+  std::string fallback_reason;  // kAuto answered on the CPU: why the GPU did not; else empty
+  bool gpu_fused = false;       // the GPU's fused tensor-core path answered (else cuBLAS tiles)
+  std::size_t gpu_fallback_queries = 0;  // queries the fused path handed to the cuBLAS path
+  std::size_t gpu_rows_uploaded = 0;     // rows copied to the device by this call
+  // Host time of making the device copy and queueing that copy (0 when the rows were resident).
+  double gpu_upload_seconds = 0;
 };
 
 // results[q] holds up to k hits for query q, closest first.
