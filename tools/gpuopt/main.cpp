@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "command_registry.hpp"
+#include "unbuilt_commands.hpp"
 
 namespace gpuopt::cli {
 
@@ -20,6 +22,25 @@ std::vector<RegisteredCommand>& command_registry() {
 }
 
 bool use_color(int fd) { return std::getenv("NO_COLOR") == nullptr && isatty(fd) == 1; }
+
+namespace {
+
+// A command of a module this build leaves out: it keeps its name, takes any arguments, and says
+// which option left it out instead of failing as an unknown word.
+void add_unbuilt_command(CLI::App& app, const UnbuiltCommand& command, int& exit_code) {
+  CLI::App* sub =
+      app.add_subcommand(command.name, std::string("(not in this build: ") + command.options + ")");
+  sub->prefix_command();
+  sub->callback([&exit_code, command] {
+    std::fprintf(stderr,
+                 "gpuopt: '%s' is not in this build: it needs %s, which the configure left out "
+                 "(%s); configure without that option to build it\n",
+                 command.name, command.modules, command.options);
+    exit_code = kExitToolFailed;
+  });
+}
+
+}  // namespace
 
 }  // namespace gpuopt::cli
 
@@ -44,6 +65,9 @@ int main(int argc, char** argv) {
       }
       command.setup(*bench, exit_code);
     }
+  }
+  for (const UnbuiltCommand& command : kUnbuiltCommands) {
+    if (command.name != nullptr) add_unbuilt_command(app, command, exit_code);
   }
   try {
     app.parse(argc, argv);
