@@ -8,7 +8,13 @@
 #include <string>
 
 #include "command_registry.hpp"
+#include "gpuopt/version.hpp"
 #include "unbuilt_commands.hpp"
+
+namespace gpuopt::build_info {
+// Defined in the source cmake/GitRevision.cmake writes at build time.
+const char* git_revision();
+}  // namespace gpuopt::build_info
 
 namespace gpuopt::cli {
 
@@ -24,6 +30,20 @@ std::vector<RegisteredCommand>& command_registry() {
 bool use_color(int fd) { return std::getenv("NO_COLOR") == nullptr && isatty(fd) == 1; }
 
 namespace {
+
+// What `gpuopt --version` prints: the version, the revision and how this binary was built.
+std::string version_text() {
+  std::string text = std::string("gpuopt ") + build_info::kVersion + "\n";
+  text += std::string("git revision: ") + build_info::git_revision() + "\n";
+  if (build_info::kCuda) {
+    text += std::string("CUDA: on (CUDA ") + build_info::kCudaVersion + ")\n";
+    text += std::string("GPU architectures: ") + build_info::kCudaArchitectures + "\n";
+  } else {
+    text += "CUDA: off\nGPU architectures: none\n";
+  }
+  text += std::string("modules: ") + build_info::kModules;
+  return text;
+}
 
 // A command of a module this build leaves out: it keeps its name, takes any arguments, and says
 // which option left it out instead of failing as an unknown word.
@@ -48,7 +68,7 @@ int main(int argc, char** argv) {
   using namespace gpuopt::cli;
   CLI::App app{"gpuopt: find what slows a GPU machine, measure it, and fix it (read-only)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "gpuopt 0.1.0");
+  app.set_version_flag("--version", version_text());
 
   auto registry = command_registry();
   std::stable_sort(registry.begin(), registry.end(),
