@@ -43,7 +43,8 @@ macro(gpuopt_find_required module what hint kind)
 endmacro()
 
 # gpuopt_module(NAME [DEPS module...] [LIBS target...] [CUDA_LIBS target...])
-# Sources: src/NAME/*.cpp always; src/NAME/*.cu only when GPUOPT_CUDA is on.
+# Sources: src/NAME/*.cpp always; src/NAME/*.cu only when GPUOPT_CUDA is on. The library is
+# gpuopt_NAME in the build tree and gpuopt::NAME for users (the alias here, the installed package).
 function(gpuopt_module name)
   cmake_parse_arguments(ARG "" "" "DEPS;LIBS;CUDA_LIBS" ${ARGN})
   string(TOUPPER ${name} upper)
@@ -82,8 +83,13 @@ function(gpuopt_module name)
     set(sources ${placeholder})
   endif()
   add_library(gpuopt_${name} STATIC ${sources})
-  target_include_directories(gpuopt_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
-                                            PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  add_library(gpuopt::${name} ALIAS gpuopt_${name})
+  # gpuopt/version.hpp is generated into ${PROJECT_BINARY_DIR}/include and installed beside the
+  # other headers; in the build tree only the CLI and the tests include it.
+  target_include_directories(gpuopt_${name}
+    PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+           $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+    PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_compile_options(gpuopt_${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${GPUOPT_WARNINGS}>)
   set_target_properties(gpuopt_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON
                                                   CUDA_SEPARABLE_COMPILATION OFF)
@@ -96,6 +102,15 @@ function(gpuopt_module name)
     target_link_libraries(gpuopt_${name} PUBLIC CUDA::cudart ${ARG_CUDA_LIBS})
     target_compile_options(gpuopt_${name} PRIVATE
       $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
+  endif()
+  set_target_properties(gpuopt_${name} PROPERTIES EXPORT_NAME ${name})
+  if(GPUOPT_INSTALL)
+    install(TARGETS gpuopt_${name} EXPORT gpuoptTargets
+            ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development)
+    if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/include/gpuopt/${name})
+      install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/gpuopt/${name}
+              DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/gpuopt COMPONENT development)
+    endif()
   endif()
 endfunction()
 

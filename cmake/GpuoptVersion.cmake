@@ -1,5 +1,5 @@
-# gpuopt/version.hpp (the version and the build settings) and, for the CLI, the git revision
-# the binary was built from.
+# gpuopt/version.hpp (the version and the build settings, for the code and for users of the
+# installed package) and, for the CLI, the git revision the binary was built from.
 
 if(GPUOPT_CUDA)
   set(gpuopt_build_info_cuda true)
