@@ -41,6 +41,7 @@ std::string version_text() {
   } else {
     text += "CUDA: off\nGPU architectures: none\n";
   }
+  text += std::string("x86 SIMD: ") + (build_info::kX86Simd ? "on" : "off") + "\n";
   text += std::string("modules: ") + build_info::kModules;
   return text;
 }
