@@ -1,5 +1,6 @@
-// CPU search kernels: register-tiled SIMD dot products (AVX-512, AVX2+FMA or SSE, picked at run
-// time), fused distance + top-k scans, and IVF-Flat training (k-means) and search.
+// CPU search kernels: register-tiled SIMD dot products (AVX-512 or AVX2+FMA picked at run time on
+// x86-64, else portable 4-wide vectors), fused distance + top-k scans, and IVF-Flat training
+// (k-means) and search.
 #include "search_kernels.hpp"
 
 #include <fmt/format.h>
@@ -17,8 +18,19 @@ namespace gpuopt::vector::detail {
 
 namespace {
 
+// GPUOPT_X86_SIMD (a CMake option, on by default on x86-64) compiles the AVX-512 and AVX2 tiles
+// and their run-time selection; without it, or on another architecture, the portable tile below is
+// the only one.
+#if GPUOPT_X86_SIMD && (defined(__x86_64__) || defined(__i386__))
+#define GPUOPT_DOT_TILE_X86 1
+#else
+#define GPUOPT_DOT_TILE_X86 0
+#endif
+
 // One 4-query x 2-row register tile per step: 8 accumulators and 6 loads per W floats of dim.
-// The vector width W is fixed per instruction set so the accumulators stay in registers.
+// The vector width W is fixed per instruction set so the accumulators stay in registers. These are
+// GCC/Clang generic vectors: the compiler emits the target's SIMD instructions for them (SSE on
+// x86-64, NEON on aarch64) or scalar code where it has none.
 typedef float Float16 __attribute__((vector_size(64)));
 typedef float Float8 __attribute__((vector_size(32)));
 typedef float Float4 __attribute__((vector_size(16)));
@@ -156,6 +168,12 @@ template <typename V, int W>
 using DotTileFunction = void (*)(const float*, std::size_t, const float*, std::size_t, std::size_t,
                                  float*);
 
+struct DotTileChoice {
+  DotTileFunction function;
+  const char* name;
+};
+
+#if GPUOPT_DOT_TILE_X86
 __attribute__((target("avx512f,avx512vl,fma"))) void dot_tile_avx512(const float* q, std::size_t nq,
                                                                      const float* x, std::size_t nr,
                                                                      std::size_t dim, float* out) {
@@ -166,21 +184,23 @@ __attribute__((target("avx2,fma"))) void dot_tile_avx2(const float* q, std::size
                                                        std::size_t dim, float* out) {
   dot_tile_generic<Float8, 8>(q, nq, x, nr, dim, out);
 }
-void dot_tile_sse(const float* q, std::size_t nq, const float* x, std::size_t nr, std::size_t dim,
-                  float* out) {
-  dot_tile_generic<Float4, 4>(q, nq, x, nr, dim, out);
-}
+#endif
 
-DotTileFunction select_dot_tile() {
+DotTileChoice select_dot_tile() {
+#if GPUOPT_DOT_TILE_X86
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) {
-    return dot_tile_avx512;
+    return {dot_tile_avx512, "avx512"};
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return dot_tile_avx2;
-  return dot_tile_sse;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return {dot_tile_avx2, "avx2"};
+  }
+#endif
+  return {dot_tile_portable, "portable"};
 }
 
-const DotTileFunction kDotTile = select_dot_tile();
+const DotTileChoice kDotTileChoice = select_dot_tile();
+const DotTileFunction kDotTile = kDotTileChoice.function;
 
 constexpr std::size_t kQueryTile = 32;
 constexpr std::size_t kRowTile = 128;
@@ -226,6 +246,13 @@ void dot_tile(const float* queries, std::size_t query_count, const float* rows,
               std::size_t row_count, std::size_t dim, float* dots) {
   kDotTile(queries, query_count, rows, row_count, dim, dots);
 }
+
+void dot_tile_portable(const float* queries, std::size_t query_count, const float* rows,
+                       std::size_t row_count, std::size_t dim, float* dots) {
+  dot_tile_generic<Float4, 4>(queries, query_count, rows, row_count, dim, dots);
+}
+
+const char* dot_tile_isa() { return kDotTileChoice.name; }
 
 float dot(const float* a, const float* b, std::size_t dim) {
   float out = 0;

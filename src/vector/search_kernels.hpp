@@ -15,8 +15,14 @@ namespace gpuopt::vector::detail {
 
 // dots[i * row_count + j] = <queries[i], rows[j]>; queries [query_count, dim], rows [row_count,
 // dim].
+// The widest tile the CPU supports (AVX-512, AVX2+FMA; see GPUOPT_X86_SIMD), else the portable one.
 void dot_tile(const float* queries, std::size_t query_count, const float* rows,
               std::size_t row_count, std::size_t dim, float* dots);
+// The same with 4-wide generic vectors, for any architecture; what dot_tile runs without x86 SIMD.
+void dot_tile_portable(const float* queries, std::size_t query_count, const float* rows,
+                       std::size_t row_count, std::size_t dim, float* dots);
+// The tile dot_tile runs: "avx512", "avx2" or "portable".
+const char* dot_tile_isa();
 float dot(const float* a, const float* b, std::size_t dim);
 void squared_norms(const float* rows, std::size_t row_count, std::size_t dim, float* norms);
 

@@ -1,4 +1,5 @@
-// Segment files: layout, CRC32C (SSE4.2 instruction when present), write with fsync, mmap open.
+// Segment files: layout, CRC32C (SSE4.2 instruction when present, else a table), write with fsync,
+// mmap open.
 #include "segment.hpp"
 
 #include <fcntl.h>
@@ -7,11 +8,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "search_kernels.hpp"
+
+// GPUOPT_X86_SIMD (a CMake option, on by default on x86-64) compiles the SSE4.2 CRC32C and its
+// run-time check; without it, or on another architecture, the table below computes the same CRC.
+#if GPUOPT_X86_SIMD && defined(__x86_64__)
+#define GPUOPT_CRC32C_X86 1
+#else
+#define GPUOPT_CRC32C_X86 0
+#endif
 
 namespace gpuopt::vector::detail {
 
@@ -55,22 +65,24 @@ Layout layout(std::size_t rows, std::size_t dim) {
   return l;
 }
 
-std::uint32_t crc_table[256];
-bool make_table() {
+// The byte-at-a-time table of the reflected Castagnoli polynomial, built at compile time.
+constexpr std::array<std::uint32_t, 256> make_crc_table() {
+  std::array<std::uint32_t, 256> table{};
   for (std::uint32_t i = 0; i < 256; ++i) {
     std::uint32_t c = i;
     for (int k = 0; k < 8; ++k) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    crc_table[i] = c;
+    table[i] = c;
   }
-  return true;
+  return table;
 }
-const bool kTableReady = make_table();
+constexpr std::array<std::uint32_t, 256> kCrcTable = make_crc_table();
 
 std::uint32_t crc32c_software(std::uint32_t crc, const unsigned char* p, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) crc = crc_table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  for (std::size_t i = 0; i < n; ++i) crc = kCrcTable[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
   return crc;
 }
 
+#if GPUOPT_CRC32C_X86
 __attribute__((target("sse4.2"))) std::uint32_t crc32c_hardware(std::uint32_t crc,
                                                                 const unsigned char* p,
                                                                 std::size_t n) {
@@ -90,6 +102,7 @@ const bool kHardwareCrc = [] {
   __builtin_cpu_init();
   return __builtin_cpu_supports("sse4.2") != 0;
 }();
+#endif
 
 Status errno_status(const std::string& what, const std::filesystem::path& path) {
   int error = errno;
@@ -117,11 +130,21 @@ Status write_all(int fd, const void* data, std::size_t bytes, const std::filesys
 }  // namespace
 
 std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t bytes) {
-  (void)kTableReady;
-  const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  crc = kHardwareCrc ? crc32c_hardware(crc, p, bytes) : crc32c_software(crc, p, bytes);
-  return ~crc;
+#if GPUOPT_CRC32C_X86
+  if (kHardwareCrc) return ~crc32c_hardware(~crc, static_cast<const unsigned char*>(data), bytes);
+#endif
+  return crc32c_portable(crc, data, bytes);
+}
+
+std::uint32_t crc32c_portable(std::uint32_t crc, const void* data, std::size_t bytes) {
+  return ~crc32c_software(~crc, static_cast<const unsigned char*>(data), bytes);
+}
+
+const char* crc32c_isa() {
+#if GPUOPT_CRC32C_X86
+  if (kHardwareCrc) return "sse4.2";
+#endif
+  return "portable";
 }
 
 std::uint64_t segment_file_bytes(std::size_t rows, std::size_t dim) {

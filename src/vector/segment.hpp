@@ -12,7 +12,13 @@
 
 namespace gpuopt::vector::detail {
 
+// CRC32C (Castagnoli, reflected) of `bytes` bytes, continuing from `crc` (0 to start):
+// crc32c(crc32c(0, a), b) is the CRC of a followed by b. Uses the SSE4.2 instruction where the CPU
+// has it and GPUOPT_X86_SIMD is on, else crc32c_portable; both give the same value.
 std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t bytes);
+std::uint32_t crc32c_portable(std::uint32_t crc, const void* data, std::size_t bytes);
+// The implementation crc32c runs: "sse4.2" or "portable".
+const char* crc32c_isa();
 
 inline constexpr std::size_t kSegmentPage = 4096;
 inline constexpr char kSegmentMagic[8] = {'G', 'P', 'U', 'O', 'V', 'S', 'E', 'G'};

@@ -17,6 +17,7 @@
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/core/subprocess.hpp"
 #include "gpuopt/report/report.hpp"
+#include "gpuopt/version.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -148,7 +149,7 @@ int run_audit(CLI::App& app, const AuditOptions& options) {
   }
 
   report::AuditReport audit;
-  audit.gpuopt_version = "0.1.0";
+  audit.gpuopt_version = build_info::kVersion;
   audit.generated_at = iso_now();
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) == 0) audit.hostname = host;

@@ -5,8 +5,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "command_registry.hpp"
+#include "gpuopt/version.hpp"
+#include "unbuilt_commands.hpp"
+
+namespace gpuopt::build_info {
+// Defined in the source cmake/GitRevision.cmake writes at build time.
+const char* git_revision();
+}  // namespace gpuopt::build_info
 
 namespace gpuopt::cli {
 
@@ -21,13 +29,47 @@ std::vector<RegisteredCommand>& command_registry() {
 
 bool use_color(int fd) { return std::getenv("NO_COLOR") == nullptr && isatty(fd) == 1; }
 
+namespace {
+
+// What `gpuopt --version` prints: the version, the revision and how this binary was built.
+std::string version_text() {
+  std::string text = std::string("gpuopt ") + build_info::kVersion + "\n";
+  text += std::string("git revision: ") + build_info::git_revision() + "\n";
+  if (build_info::kCuda) {
+    text += std::string("CUDA: on (CUDA ") + build_info::kCudaVersion + ")\n";
+    text += std::string("GPU architectures: ") + build_info::kCudaArchitectures + "\n";
+  } else {
+    text += "CUDA: off\nGPU architectures: none\n";
+  }
+  text += std::string("x86 SIMD: ") + (build_info::kX86Simd ? "on" : "off") + "\n";
+  text += std::string("modules: ") + build_info::kModules;
+  return text;
+}
+
+// A command of a module this build leaves out: it keeps its name, takes any arguments, and says
+// which option left it out instead of failing as an unknown word.
+void add_unbuilt_command(CLI::App& app, const UnbuiltCommand& command, int& exit_code) {
+  CLI::App* sub =
+      app.add_subcommand(command.name, std::string("(not in this build: ") + command.options + ")");
+  sub->prefix_command();
+  sub->callback([&exit_code, command] {
+    std::fprintf(stderr,
+                 "gpuopt: '%s' is not in this build: it needs %s, which the configure left out "
+                 "(%s); configure without that option to build it\n",
+                 command.name, command.modules, command.options);
+    exit_code = kExitToolFailed;
+  });
+}
+
+}  // namespace
+
 }  // namespace gpuopt::cli
 
 int main(int argc, char** argv) {
   using namespace gpuopt::cli;
   CLI::App app{"gpuopt: find what slows a GPU machine, measure it, and fix it (read-only)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "gpuopt 0.1.0");
+  app.set_version_flag("--version", version_text());
 
   auto registry = command_registry();
   std::stable_sort(registry.begin(), registry.end(),
@@ -44,6 +86,9 @@ int main(int argc, char** argv) {
       }
       command.setup(*bench, exit_code);
     }
+  }
+  for (const UnbuiltCommand& command : kUnbuiltCommands) {
+    if (command.name != nullptr) add_unbuilt_command(app, command, exit_code);
   }
   try {
     app.parse(argc, argv);
