@@ -1,4 +1,4 @@
-# Helpers shared by every module: one static library per layer, one test binary per module, the
+# Functions shared by every module: one static library per layer, one test binary per module, the
 # dependency checks that make a missing package fail the configure, and the CLI's command map.
 
 set(GPUOPT_WARNINGS -Wall -Wextra -Wno-unused-parameter)
