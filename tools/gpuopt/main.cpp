@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "command_registry.hpp"
+#include "usage_hint.hpp"
 
 namespace gpuopt::cli {
 
@@ -28,6 +29,9 @@ int main(int argc, char** argv) {
   CLI::App app{"gpuopt: find what slows a GPU machine, measure it, and fix it (read-only)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "gpuopt 0.1.0");
+  app.footer(
+      "Exit codes: 0 healthy (notes at most), 1 warnings, 2 failing (a fault or wrong results), "
+      "3 gpuopt itself failed or the command line was not understood.");
 
   auto registry = command_registry();
   std::stable_sort(registry.begin(), registry.end(),
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
+    if (auto hint = usage_hint(app, argc, argv)) std::fprintf(stderr, "%s\n", hint->c_str());
     int code = app.exit(error);
     return code == 0 ? kExitOk : kExitToolFailed;
   } catch (const std::exception& error) {
