@@ -524,6 +524,22 @@ Verdict judge_doctor(json& data, const std::string& stage, std::vector<Action>& 
   return verdict;
 }
 
+// Why a stage measured nothing, when it did not: skipped by the audit, skipped by itself (no GPU),
+// or a bench whose build has no testcases to run.
+std::optional<std::string> skipped_reason(const json& stage) {
+  if (text(stage, "status") == "skipped") return text(stage, "reason");
+  if (text(stage, "status") != "ran") return std::nullopt;
+  const json& data = stage["data"];
+  if (data.is_object() && data.contains("skipped") && data["skipped"].is_string()) {
+    return text(data, "skipped");
+  }
+  if (data.is_object() && data.contains("testcases") && data["testcases"].is_array() &&
+      data["testcases"].empty()) {
+    return "no testcase to run in this build of gpuopt";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 json to_json(const Action& action) {
@@ -561,9 +577,9 @@ void judge_stage(json& stage, std::vector<Action>& actions) {
     return;
   }
   json& data = stage["data"];
-  if (data.is_object() && data.contains("skipped") && data["skipped"].is_string()) {
+  if (auto reason = skipped_reason(stage)) {
     stage["verdict"] = verdict_name(Verdict::kInfo);
-    stage["verdict_summary"] = "skipped: " + text(data, "skipped");
+    stage["verdict_summary"] = "skipped: " + *reason;
     return;
   }
   Verdict verdict = Verdict::kHealthy;
@@ -632,12 +648,8 @@ void judge_report(json& report) {
       judge_stage(stage, actions);
       const Verdict v = stage_verdict(stage);
       overall = bench::worst(overall, v);
-      if (text(stage, "status") == "skipped" ||
-          (stage["data"].is_object() && stage["data"].contains("skipped"))) {
-        skipped.push_back(
-            {{"stage", text(stage, "key")},
-             {"reason", text(stage, "status") == "skipped" ? text(stage, "reason")
-                                                           : text(stage["data"], "skipped")}});
+      if (auto reason = skipped_reason(stage)) {
+        skipped.push_back({{"stage", text(stage, "key")}, {"reason", *reason}});
       } else {
         ++ran;
       }

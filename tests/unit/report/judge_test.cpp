@@ -158,9 +158,14 @@ TEST(Judge, ReportVerdictSkippedStagesAndRanking) {
   EXPECT_EQ(report["actions"][1]["id"], "pcie.pin_host_memory");
   EXPECT_EQ(report["stages"][0]["data"]["findings"][0]["verdict"], "warning");
 
-  json quiet = {{"stages", {stage("bench.gemm", {{"skipped", "no CUDA device"}})}}};
+  // A bench whose build has no testcases measured nothing: skipped, not healthy.
+  json quiet = {{"stages",
+                 {stage("bench.gemm", {{"skipped", "no CUDA device"}}),
+                  stage("bench.scaler", {{"testcases", json::array()}})}}};
   judge_report(quiet);
   EXPECT_EQ(quiet["verdict"]["verdict"], "info");
+  EXPECT_EQ(quiet["verdict"]["skipped"].size(), 2u) << quiet.dump();
+  EXPECT_EQ(quiet["stages"][1]["verdict"], "info");
   EXPECT_EQ(quiet["verdict"]["exit_code"], 0);
 }
 
