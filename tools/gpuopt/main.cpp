@@ -27,11 +27,11 @@ bool use_color(int fd) { return std::getenv("NO_COLOR") == nullptr && isatty(fd)
 int main(int argc, char** argv) {
   using namespace gpuopt::cli;
   CLI::App app{"gpuopt: find what slows a GPU machine, measure it, and fix it (read-only)"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "gpuopt 0.1.0");
   app.footer(
       "Exit codes: 0 healthy (notes at most), 1 warnings, 2 failing (a fault or wrong results), "
       "3 gpuopt itself failed or the command line was not understood.");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "gpuopt 0.1.0");
 
   auto registry = command_registry();
   std::stable_sort(registry.begin(), registry.end(),
