@@ -89,6 +89,86 @@ std::string_view outcome_name(Outcome outcome) {
   return "failed";
 }
 
+std::string_view verdict_name(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kHealthy:
+      return "healthy";
+    case Verdict::kInfo:
+      return "info";
+    case Verdict::kWarning:
+      return "warning";
+    case Verdict::kFailing:
+      return "failing";
+  }
+  return "failing";
+}
+
+std::optional<Verdict> parse_verdict(std::string_view name) {
+  for (Verdict verdict :
+       {Verdict::kHealthy, Verdict::kInfo, Verdict::kWarning, Verdict::kFailing}) {
+    if (verdict_name(verdict) == name) return verdict;
+  }
+  return std::nullopt;
+}
+
+int exit_code_for(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kHealthy:
+    case Verdict::kInfo:
+      return 0;
+    case Verdict::kWarning:
+      return 1;
+    case Verdict::kFailing:
+      return 2;
+  }
+  return 2;
+}
+
+Verdict counted_verdict(const Check& check) {
+  return check.development_target ? std::min(check.verdict, Verdict::kInfo) : check.verdict;
+}
+
+Check development_target(std::string id, bool met, std::string summary) {
+  Check check;
+  check.id = std::move(id);
+  check.verdict = Verdict::kInfo;
+  check.summary = fmt::format("development target {}: {}", met ? "met" : "not met", summary);
+  check.development_target = true;
+  return check;
+}
+
+nlohmann::json to_json(const Check& check) {
+  auto optional = [](const std::optional<double>& value) {
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+  };
+  return {{"id", check.id},
+          {"verdict", verdict_name(counted_verdict(check))},
+          {"summary", check.summary},
+          {"measured", optional(check.measured)},
+          {"reference", optional(check.reference)},
+          {"unit", check.unit},
+          {"reference_name", check.reference_name},
+          {"development_target", check.development_target}};
+}
+
+Verdict verdict_of(const TestcaseResult& result) {
+  if (result.outcome == Outcome::kFailed) return Verdict::kFailing;
+  if (result.outcome == Outcome::kWaived) return Verdict::kInfo;
+  Verdict verdict = Verdict::kHealthy;
+  for (const Check& check : result.checks) verdict = worst(verdict, counted_verdict(check));
+  return verdict;
+}
+
+Verdict verdict_of(const std::vector<TestcaseResult>& results) {
+  Verdict verdict = Verdict::kHealthy;
+  for (const auto& result : results) verdict = worst(verdict, verdict_of(result));
+  return verdict;
+}
+
+int verdict_exit_code(const std::vector<TestcaseResult>& results) {
+  return exit_code_for(verdict_of(results));
+}
+
 std::vector<TestcaseResult> Suite::run(BenchContext& context) const {
   std::vector<TestcaseResult> results;
   const auto& only = context.options().only;
@@ -145,20 +225,31 @@ nlohmann::json to_json(const std::string& suite, const std::vector<TestcaseResul
     nlohmann::json item = {{"key", r.key},
                            {"description", r.description},
                            {"outcome", outcome_name(r.outcome)},
+                           {"verdict", verdict_name(verdict_of(r))},
                            {"notes", r.notes},
                            {"data", r.data.is_null() ? nlohmann::json::object() : r.data}};
     item["reason"] = r.reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.reason);
+    nlohmann::json checks = nlohmann::json::array();
+    for (const Check& check : r.checks) checks.push_back(to_json(check));
+    item["checks"] = std::move(checks);
     testcases.push_back(std::move(item));
   }
-  return {{"schema_version", 1}, {"suite", suite}, {"testcases", std::move(testcases)}};
+  return {{"schema_version", 1},
+          {"suite", suite},
+          {"verdict", verdict_name(verdict_of(results))},
+          {"testcases", std::move(testcases)}};
 }
 
 std::string render_text(const std::string& suite, const std::vector<TestcaseResult>& results) {
   std::string out = fmt::format("gpuopt bench {}\n", suite);
   for (const auto& r : results) {
-    out += fmt::format("\n== {} ({}): {}\n", r.key, outcome_name(r.outcome), r.description);
+    out += fmt::format("\n== {} ({}, {}): {}\n", r.key, outcome_name(r.outcome),
+                       verdict_name(verdict_of(r)), r.description);
     if (!r.reason.empty()) out += fmt::format("   {}\n", r.reason);
     if (!r.table.columns.empty()) out += render_table(r.table);
+    for (const auto& check : r.checks) {
+      out += fmt::format("   [{}] {}\n", verdict_name(counted_verdict(check)), check.summary);
+    }
     for (const auto& note : r.notes) out += fmt::format("   * {}\n", note);
   }
   return out;

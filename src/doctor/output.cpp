@@ -1,5 +1,9 @@
 // doctor's renderers: JSON (docs/schemas/doctor.schema.json), text for people, Prometheus text.
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <map>
 
 #include "gpuopt/doctor/doctor.hpp"
 
@@ -361,87 +365,143 @@ std::string render_text(const Report& report, bool color) {
   return out;
 }
 
+namespace {
+
+// DCGM's spelling of a PCI address: 8-digit domain, upper-case hex ("00000000:17:00.0"), so that
+// these series join dcgm-exporter's on pci_bus_id.
+std::string dcgm_bus_id(const std::string& bdf) {
+  std::string domain = "0000", rest = bdf;
+  if (auto colon = bdf.find(':');
+      colon != std::string::npos && bdf.find(':', colon + 1) != std::string::npos) {
+    domain = bdf.substr(0, colon);
+    rest = bdf.substr(colon + 1);
+  }
+  std::string out =
+      std::string(domain.size() < 8 ? 8 - domain.size() : 0, '0') + domain + ":" + rest;
+  for (auto& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// One metric family: its HELP and TYPE lines, then all of its samples (the exposition format's
+// rule; a parser types samples that follow another family's TYPE line as that family's).
+struct Family {
+  const char* name;
+  const char* help;
+  const char* type;
+  std::vector<std::string> samples;  // "{labels} value"
+};
+
+}  // namespace
+
 std::string render_prometheus(const Report& report) {
-  std::string out;
-  auto metric = [&](const char* name, const char* help, const char* type) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-  };
-  auto labels = [](const std::string& bdf, const std::string& name) {
-    return fmt::format("{{pci_bus_id=\"{}\",modelName=\"{}\"}}", prom_escape(bdf),
-                       prom_escape(name));
-  };
-  metric("DCGM_FI_DEV_PCIE_LINK_GEN",
-         "Current PCIe link generation (sysfs along the path, or NVML).", "gauge");
-  for (const auto& device : report.pci.devices) {
-    if (!device.effective_link.current_speed_gts) continue;
-    if (auto generation = platform::pcie_generation(*device.effective_link.current_speed_gts)) {
-      out += fmt::format("DCGM_FI_DEV_PCIE_LINK_GEN{} {}\n", labels(device.bdf, device.device_name),
-                         *generation);
+  char host[256] = {0};
+  const std::string hostname = gethostname(host, sizeof(host) - 1) == 0 ? host : "";
+  // dcgm-exporter's labels: gpu (the NVML index), UUID, pci_bus_id, device, modelName, Hostname.
+  // A device NVML did not list keeps its order among the NVIDIA devices as its index.
+  auto labels = [&](const std::string& bdf, const std::string& model) {
+    std::optional<unsigned> index;
+    std::string uuid;
+    for (const auto& gpu : report.nvml.gpus) {
+      if (gpu.bdf == bdf) index = gpu.index;
     }
-  }
-  metric("DCGM_FI_DEV_PCIE_LINK_WIDTH", "Current PCIe link width in lanes.", "gauge");
-  for (const auto& device : report.pci.devices) {
-    if (device.effective_link.current_width) {
-      out +=
-          fmt::format("DCGM_FI_DEV_PCIE_LINK_WIDTH{} {}\n", labels(device.bdf, device.device_name),
-                      *device.effective_link.current_width);
+    if (!index) {
+      unsigned order = 0;
+      for (const auto& device : report.pci.devices) {
+        if (!device.is_nvidia() || !(device.is_display() || device.is_accelerator())) continue;
+        if (device.bdf == bdf) index = order;
+        ++order;
+      }
     }
-  }
-  metric("GPUOPT_PCIE_MAX_LINK_GEN", "Maximum PCIe link generation along the path.", "gauge");
-  metric("GPUOPT_PCIE_AER_CORRECTABLE_TOTAL", "AER correctable errors since boot.", "counter");
-  metric("GPUOPT_PCIE_AER_UNCORRECTABLE_TOTAL", "AER fatal + non-fatal errors since boot.",
-         "counter");
+    return fmt::format(
+        "{{gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\",device=\"nvidia{}\",modelName=\"{}\","
+        "Hostname=\"{}\"}}",
+        index ? std::to_string(*index) : std::string(), prom_escape(uuid),
+        prom_escape(dcgm_bus_id(bdf)), index ? std::to_string(*index) : std::string(),
+        prom_escape(model), prom_escape(hostname));
+  };
+  Family link_gen{"DCGM_FI_DEV_PCIE_LINK_GEN",
+                  "Current PCIe link generation (sysfs along the path, or NVML).",
+                  "gauge",
+                  {}};
+  Family link_width{
+      "DCGM_FI_DEV_PCIE_LINK_WIDTH", "Current PCIe link width in lanes.", "gauge", {}};
+  Family max_gen{
+      "GPUOPT_PCIE_MAX_LINK_GEN", "Maximum PCIe link generation along the path.", "gauge", {}};
+  Family aer_correctable{
+      "GPUOPT_PCIE_AER_CORRECTABLE_TOTAL", "AER correctable errors since boot.", "counter", {}};
+  Family aer_uncorrectable{"GPUOPT_PCIE_AER_UNCORRECTABLE_TOTAL",
+                           "AER fatal + non-fatal errors since boot.",
+                           "counter",
+                           {}};
   for (const auto& device : report.pci.devices) {
-    std::string l = labels(device.bdf, device.device_name);
-    if (device.effective_link.max_speed_gts) {
-      if (auto generation = platform::pcie_generation(*device.effective_link.max_speed_gts)) {
-        out += fmt::format("GPUOPT_PCIE_MAX_LINK_GEN{} {}\n", l, *generation);
+    const std::string l = labels(device.bdf, device.device_name);
+    const auto& link = device.effective_link;
+    if (link.current_speed_gts) {
+      if (auto generation = platform::pcie_generation(*link.current_speed_gts)) {
+        link_gen.samples.push_back(fmt::format("{} {}", l, *generation));
+      }
+    }
+    if (link.current_width)
+      link_width.samples.push_back(fmt::format("{} {}", l, *link.current_width));
+    if (link.max_speed_gts) {
+      if (auto generation = platform::pcie_generation(*link.max_speed_gts)) {
+        max_gen.samples.push_back(fmt::format("{} {}", l, *generation));
       }
     }
     if (device.aer.correctable) {
-      out += fmt::format("GPUOPT_PCIE_AER_CORRECTABLE_TOTAL{} {}\n", l, *device.aer.correctable);
+      aer_correctable.samples.push_back(fmt::format("{} {}", l, *device.aer.correctable));
     }
     if (device.aer.fatal || device.aer.nonfatal) {
-      out += fmt::format("GPUOPT_PCIE_AER_UNCORRECTABLE_TOTAL{} {}\n", l,
-                         device.aer.fatal.value_or(0) + device.aer.nonfatal.value_or(0));
+      aer_uncorrectable.samples.push_back(
+          fmt::format("{} {}", l, device.aer.fatal.value_or(0) + device.aer.nonfatal.value_or(0)));
     }
   }
-  metric("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "PCIe replays (NVML).", "counter");
-  metric("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "PCIe transmit throughput in KB/s (NVML).", "gauge");
-  metric("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "PCIe receive throughput in KB/s (NVML).", "gauge");
-  metric("DCGM_FI_DEV_BAR1_TOTAL", "BAR1 size in MiB (NVML).", "gauge");
-  metric("DCGM_FI_DEV_PERSISTENCE_MODE", "1 when persistence mode is on (NVML).", "gauge");
-  metric("DCGM_FI_DEV_PSTATE", "Performance state, 0 = P0 (NVML).", "gauge");
-  metric("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Clock event reason bitmask (NVML).", "gauge");
-  metric("DCGM_FI_DEV_GPU_TEMP", "GPU temperature in C (NVML).", "gauge");
-  metric("DCGM_FI_DEV_POWER_USAGE", "Power draw in W (NVML).", "gauge");
+  Family replay{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "PCIe replays (NVML).", "counter", {}};
+  Family tx{
+      "DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "PCIe transmit throughput in KB/s (NVML).", "gauge", {}};
+  Family rx{
+      "DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "PCIe receive throughput in KB/s (NVML).", "gauge", {}};
+  Family bar1{"DCGM_FI_DEV_BAR1_TOTAL", "BAR1 size in MiB (NVML).", "gauge", {}};
+  Family persistence{
+      "DCGM_FI_DEV_PERSISTENCE_MODE", "1 when persistence mode is on (NVML).", "gauge", {}};
+  Family pstate{"DCGM_FI_DEV_PSTATE", "Performance state, 0 = P0 (NVML).", "gauge", {}};
+  Family throttle{
+      "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Clock event reason bitmask (NVML).", "gauge", {}};
+  Family temperature{"DCGM_FI_DEV_GPU_TEMP", "GPU temperature in C (NVML).", "gauge", {}};
+  Family power{"DCGM_FI_DEV_POWER_USAGE", "Power draw in W (NVML).", "gauge", {}};
   for (const auto& gpu : report.nvml.gpus) {
-    std::string l = labels(gpu.bdf, gpu.name);
-    if (gpu.replay_counter)
-      out += fmt::format("DCGM_FI_DEV_PCIE_REPLAY_COUNTER{} {}\n", l, *gpu.replay_counter);
-    if (gpu.tx_kbps) out += fmt::format("DCGM_FI_DEV_PCIE_TX_THROUGHPUT{} {}\n", l, *gpu.tx_kbps);
-    if (gpu.rx_kbps) out += fmt::format("DCGM_FI_DEV_PCIE_RX_THROUGHPUT{} {}\n", l, *gpu.rx_kbps);
-    if (gpu.bar1)
-      out += fmt::format("DCGM_FI_DEV_BAR1_TOTAL{} {}\n", l, gpu.bar1->total_bytes >> 20);
-    if (gpu.persistence_mode) {
-      out += fmt::format("DCGM_FI_DEV_PERSISTENCE_MODE{} {}\n", l, *gpu.persistence_mode ? 1 : 0);
-    }
-    if (gpu.performance_state)
-      out += fmt::format("DCGM_FI_DEV_PSTATE{} {}\n", l, *gpu.performance_state);
-    if (gpu.clock_event_reasons) {
-      out += fmt::format("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{} {}\n", l, *gpu.clock_event_reasons);
-    }
-    if (gpu.temperature_c) out += fmt::format("DCGM_FI_DEV_GPU_TEMP{} {}\n", l, *gpu.temperature_c);
-    if (gpu.power_w) out += fmt::format("DCGM_FI_DEV_POWER_USAGE{} {:.3f}\n", l, *gpu.power_w);
+    const std::string l = labels(gpu.bdf, gpu.name);
+    auto add = [&](Family& family, auto value) {
+      family.samples.push_back(fmt::format("{} {}", l, value));
+    };
+    if (gpu.replay_counter) add(replay, *gpu.replay_counter);
+    if (gpu.tx_kbps) add(tx, *gpu.tx_kbps);
+    if (gpu.rx_kbps) add(rx, *gpu.rx_kbps);
+    if (gpu.bar1) add(bar1, gpu.bar1->total_bytes >> 20);
+    if (gpu.persistence_mode) add(persistence, *gpu.persistence_mode ? 1 : 0);
+    if (gpu.performance_state) add(pstate, *gpu.performance_state);
+    if (gpu.clock_event_reasons) add(throttle, *gpu.clock_event_reasons);
+    if (gpu.temperature_c) add(temperature, *gpu.temperature_c);
+    if (gpu.power_w) add(power, fmt::format("{:.3f}", *gpu.power_w));
   }
-  metric("GPUOPT_DOCTOR_FINDINGS", "Findings of gpuopt doctor by id and severity.", "gauge");
+  Family findings{
+      "GPUOPT_DOCTOR_FINDINGS", "Findings of gpuopt doctor by id and severity.", "gauge", {}};
   std::map<std::pair<std::string, std::string>, int> counts;
   for (const auto& finding : report.findings) {
     ++counts[{finding.id, severity_name(finding.severity)}];
   }
   for (const auto& [key, count] : counts) {
-    out += fmt::format("GPUOPT_DOCTOR_FINDINGS{{id=\"{}\",severity=\"{}\"}} {}\n", key.first,
-                       key.second, count);
+    findings.samples.push_back(fmt::format("{{id=\"{}\",severity=\"{}\",Hostname=\"{}\"}} {}",
+                                           prom_escape(key.first), key.second,
+                                           prom_escape(hostname), count));
+  }
+  std::string out;
+  for (const Family* family :
+       {&link_gen, &link_width, &max_gen, &aer_correctable, &aer_uncorrectable, &replay, &tx, &rx,
+        &bar1, &persistence, &pstate, &throttle, &temperature, &power, &findings}) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", family->name, family->help, family->name,
+                       family->type);
+    for (const auto& sample : family->samples) out += family->name + sample + "\n";
   }
   return out;
 }

@@ -70,17 +70,34 @@ std::string html_escape(const std::string& text) {
 }
 
 constexpr const char* kStyle = R"css(
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
-h1 { margin-bottom: 0; } .meta { color: #666; margin-top: 0.3em; }
-table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.92em; }
+body { font-family: system-ui, sans-serif; margin: 1.2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
+h1 { margin: 0; font-size: 1.6em; } .machine { color: #444; margin: 0.2em 0 0.6em; }
+.meta { color: #666; margin-top: 0.3em; }
+.verdict { display: flex; gap: 1em; align-items: baseline; padding: 0.6em 1em; border-radius: 6px;
+  border-left: 8px solid; font-size: 1.15em; }
+.verdict-word { font-weight: bold; letter-spacing: 0.05em; }
+.verdict.v-healthy { background: #dafbe1; border-color: #1a7f37; }
+.verdict.v-info { background: #ddf4ff; border-color: #0969da; }
+.verdict.v-warning { background: #fff8c5; border-color: #9a6700; }
+.verdict.v-failing { background: #ffebe9; border-color: #cf222e; }
+.skipped { color: #555; font-size: 0.9em; margin: 0.4em 0; }
+#actions h2 { margin: 0.6em 0 0.3em; font-size: 1.2em; }
+ol.actions { margin: 0; padding-left: 1.4em; } ol.actions li { margin: 0.35em 0; }
+.action-head { display: flex; gap: 0.8em; align-items: baseline; }
+.gain { background: #eef1f4; border-radius: 10px; padding: 0 0.6em; font-size: 0.85em; white-space: nowrap; }
+.evidence, .fix { font-size: 0.9em; color: #333; } .fix { color: #0a3069; }
+.badge { border-radius: 10px; padding: 0 0.5em; font-size: 0.85em; color: #fff; }
+.badge.v-healthy { background: #1a7f37; } .badge.v-info { background: #0969da; }
+.badge.v-warning { background: #9a6700; } .badge.v-failing { background: #cf222e; }
+.badge.v-unknown, .badge.v-error { background: #6e7781; }
+nav#contents ol { columns: 2; }
+table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; }
+th { background: #f3f3f3; } td ul.checks { margin: 0; padding-left: 1em; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.status-ran, .outcome-passed, .sev-info { color: #1a7f37; }
-.status-failed, .outcome-failed, .sev-error { color: #cf222e; font-weight: bold; }
-.status-skipped, .outcome-waived, .sev-warning { color: #9a6700; }
-section { border-top: 1px solid #ddd; margin-top: 1.5em; }
-.chart { max-width: 900px; height: 320px; } pre { background: #f6f8fa; padding: 0.6em; overflow-x: auto; }
+section.stage, #appendix { border-top: 1px solid #ddd; margin-top: 1.5em; }
+.failed-data { border-left: 4px solid #cf222e; padding-left: 0.8em; }
+.chart { max-width: 1000px; height: 340px; } pre { background: #f6f8fa; padding: 0.6em; overflow-x: auto; }
 )css";
 
 // Counts script errors and console.error calls on <html data-errors>, so a headless browser test

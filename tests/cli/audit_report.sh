@@ -6,15 +6,23 @@ gpuopt="$1"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 set +e
-"$gpuopt" audit --out "$work/audit" --stage-timeout 300 2>"$work/audit.log"
+"$gpuopt" audit --out-dir "$work/audit" --stage-timeout 300 2>"$work/audit.log"
 rc=$?
 set -e
 cat "$work/audit.log"
-if [ "$rc" -ge 3 ]; then echo "FAIL: audit exit code $rc"; exit 1; fi
-python3 - "$work/audit/report.json" <<'PY'
+# Without a GPU nothing can be judged wrong: skipped stages are info, so 0 (1 if doctor warns).
+if [ "$rc" -ge 2 ]; then echo "FAIL: audit exit code $rc"; exit 1; fi
+python3 - "$work/audit/report.json" "$rc" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
-assert report["schema_version"] == 1, report["schema_version"]
+assert report["schema_version"] == 2, report["schema_version"]
+verdict = report["verdict"]
+assert verdict["verdict"] in ("healthy", "info", "warning"), verdict
+assert verdict["exit_code"] == int(sys.argv[2]), (verdict, sys.argv[2])
+for stage in report["stages"]:
+    assert stage["verdict"] in ("healthy", "info", "warning", "failing"), stage["key"]
+if not report["gpu"]["present"]:
+    assert verdict["skipped"], "no GPU, yet nothing reported as skipped"
 keys = [s["key"] for s in report["stages"]]
 assert keys[0] == "doctor", keys
 for stage in report["stages"]:

@@ -27,7 +27,7 @@ ids = [f["id"] for f in d["findings"]]
 assert ids == ["gpu.context_leak"], ids
 assert d["devices"][0]["bdf"] == "0000:17:00.0"
 ' || { echo "FAIL: JSON of zombie-holding-gpu"; fail=1; }
-"$gpuopt" doctor --prometheus --root "$data/h200-healthy" | grep -q '^DCGM_FI_DEV_PCIE_LINK_WIDTH{pci_bus_id="0000:17:00.0",.*} 16$' \
+"$gpuopt" doctor --prometheus --root "$data/h200-healthy" | grep -q '^DCGM_FI_DEV_PCIE_LINK_WIDTH{gpu="0",.*pci_bus_id="00000000:17:00.0",.*} 16$' \
   || { echo "FAIL: Prometheus link width"; fail=1; }
 # NO_COLOR and a pipe: no escape codes.
 if "$gpuopt" doctor --root "$data/aer-errors" | grep -q $'\033'; then echo "FAIL: colour on a pipe"; fail=1; fi

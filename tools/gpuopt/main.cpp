@@ -10,6 +10,7 @@
 #include "command_registry.hpp"
 #include "gpuopt/version.hpp"
 #include "unbuilt_commands.hpp"
+#include "usage_hint.hpp"
 
 namespace gpuopt::build_info {
 // Defined in the source cmake/GitRevision.cmake writes at build time.
@@ -68,6 +69,9 @@ void add_unbuilt_command(CLI::App& app, const UnbuiltCommand& command, int& exit
 int main(int argc, char** argv) {
   using namespace gpuopt::cli;
   CLI::App app{"gpuopt: find what slows a GPU machine, measure it, and fix it (read-only)"};
+  app.footer(
+      "Exit codes: 0 healthy (notes at most), 1 warnings, 2 failing (a fault or wrong results), "
+      "3 gpuopt itself failed or the command line was not understood.");
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text());
 
@@ -93,6 +97,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
+    if (auto hint = usage_hint(app, argc, argv)) std::fprintf(stderr, "%s\n", hint->c_str());
     int code = app.exit(error);
     return code == 0 ? kExitOk : kExitToolFailed;
   } catch (const std::exception& error) {

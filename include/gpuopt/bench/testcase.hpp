@@ -48,6 +48,37 @@ std::string render_table(const Table& table);
 enum class Outcome { kPassed, kWaived, kFailed };
 std::string_view outcome_name(Outcome outcome);
 
+// What a result means for the machine, for people: healthy (as the hardware allows), info (nothing
+// wrong: a skipped testcase, advice, a development target), warning (below what the hardware and
+// the anchors measured in the same run say it can do), failing (wrong results, a broken link, a
+// crash). Ordered: a testcase's verdict is the worst of its checks.
+enum class Verdict { kHealthy = 0, kInfo = 1, kWarning = 2, kFailing = 3 };
+std::string_view verdict_name(Verdict verdict);
+std::optional<Verdict> parse_verdict(std::string_view name);
+inline Verdict worst(Verdict a, Verdict b) { return a < b ? b : a; }
+// The CLI's exit code for a verdict: 0 healthy or info, 1 warning, 2 failing.
+int exit_code_for(Verdict verdict);
+
+// One judged figure of a testcase: the measured value against a limit or an anchor (the link
+// rate, a device copy, cuBLAS), with a sentence for people that quotes both.
+struct Check {
+  std::string id;  // stable within the testcase: "link_efficiency.host_to_device"
+  Verdict verdict = Verdict::kHealthy;
+  std::string summary;  // "pinned 1 GiB copies reach 55.4 GB/s, 88% of Gen5 x16"
+  std::optional<double> measured;
+  std::optional<double> reference;  // the limit or anchor it was judged against
+  std::string unit;                 // of measured and reference: "GB/s", "us", "x"
+  std::string reference_name;       // "link rate", "cuBLAS fp16", "device copy"
+  // A goal the project set for its own code (the W4A16 GEMM's speedup over cuBLAS): whatever
+  // verdict it carries, it is reported as info and never makes a healthy machine fail.
+  bool development_target = false;
+};
+// The verdict a check counts with: a development target never counts above info.
+Verdict counted_verdict(const Check& check);
+// A development target met or missed: info either way, the summary says which.
+Check development_target(std::string id, bool met, std::string summary);
+nlohmann::json to_json(const Check& check);
+
 struct TestcaseResult {
   std::string key;
   std::string description;
@@ -56,7 +87,16 @@ struct TestcaseResult {
   Table table;          // for the text report
   nlohmann::json data;  // figures, with units in the key names (bandwidth_gbps, latency_us)
   std::vector<std::string> notes;  // verdicts and explanations, one line each
+  std::vector<Check> checks;       // judged figures; none = nothing judged beyond the outcome
 };
+
+// failed -> failing, waived -> info, passed -> the worst counted verdict of its checks (healthy
+// when it has none).
+Verdict verdict_of(const TestcaseResult& result);
+// The worst testcase verdict (healthy for none).
+Verdict verdict_of(const std::vector<TestcaseResult>& results);
+// Exit code of a bench command that judges by verdicts (0 / 1 / 2 as exit_code_for(Verdict)).
+int verdict_exit_code(const std::vector<TestcaseResult>& results);
 
 class BenchContext;
 
@@ -104,7 +144,8 @@ class Suite {
   std::vector<std::unique_ptr<Testcase>> testcases_;
 };
 
-// {"schema_version": 1, "suite": ..., "testcases": [...]}
+// {"schema_version": 1, "suite": ..., "verdict": ..., "testcases": [...]}; each testcase carries
+// its "verdict" and "checks".
 nlohmann::json to_json(const std::string& suite, const std::vector<TestcaseResult>& results);
 // Text for people: one block per testcase with its table and notes.
 std::string render_text(const std::string& suite, const std::vector<TestcaseResult>& results);

@@ -8,7 +8,9 @@
 
 namespace gpuopt::report {
 
-inline constexpr int kReportSchemaVersion = 1;
+// 2: a "verdict" object and ranked "actions" at the top; "verdict" on every stage, testcase and
+// finding (report/judge.hpp).
+inline constexpr int kReportSchemaVersion = 2;
 
 // One stage of the audit (doctor, a bench family, the pipeline).
 struct StageRecord {

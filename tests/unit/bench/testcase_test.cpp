@@ -97,5 +97,82 @@ TEST(Table, AlignsColumns) {
   EXPECT_EQ(format_bytes(1000), "1000 B");
 }
 
+// A testcase that reports the checks it was built with.
+class CheckedTestcase : public Testcase {
+ public:
+  explicit CheckedTestcase(std::vector<Check> checks) : checks_(std::move(checks)) {}
+  std::string key() const override { return "checked"; }
+  std::string description() const override { return "fixture with checks"; }
+  StatusOr<TestcaseResult> run(BenchContext&) override {
+    TestcaseResult result;
+    result.checks = checks_;
+    return result;
+  }
+
+ private:
+  std::vector<Check> checks_;
+};
+
+Check check_of(const std::string& id, Verdict verdict) {
+  Check check;
+  check.id = id;
+  check.verdict = verdict;
+  check.summary = id;
+  return check;
+}
+
+TEST(Verdict, NamesRoundTripAndOrder) {
+  for (Verdict v : {Verdict::kHealthy, Verdict::kInfo, Verdict::kWarning, Verdict::kFailing}) {
+    EXPECT_EQ(parse_verdict(verdict_name(v)), v);
+  }
+  EXPECT_FALSE(parse_verdict("fine").has_value());
+  EXPECT_EQ(worst(Verdict::kInfo, Verdict::kWarning), Verdict::kWarning);
+  EXPECT_EQ(worst(Verdict::kFailing, Verdict::kHealthy), Verdict::kFailing);
+  EXPECT_EQ(exit_code_for(Verdict::kHealthy), 0);
+  EXPECT_EQ(exit_code_for(Verdict::kInfo), 0);
+  EXPECT_EQ(exit_code_for(Verdict::kWarning), 1);
+  EXPECT_EQ(exit_code_for(Verdict::kFailing), 2);
+}
+
+TEST(Verdict, TestcaseIsTheWorstOfItsChecksAndOutcome) {
+  TestcaseResult result;
+  EXPECT_EQ(verdict_of(result), Verdict::kHealthy);  // passed, nothing judged
+  result.checks = {check_of("a", Verdict::kHealthy), check_of("b", Verdict::kWarning)};
+  EXPECT_EQ(verdict_of(result), Verdict::kWarning);
+  result.outcome = Outcome::kWaived;
+  EXPECT_EQ(verdict_of(result), Verdict::kInfo);
+  result.outcome = Outcome::kFailed;
+  EXPECT_EQ(verdict_of(result), Verdict::kFailing);
+}
+
+TEST(Verdict, DevelopmentTargetNeverFailsAHealthyMachine) {
+  Check missed = check_of("speedup_target", Verdict::kFailing);
+  missed.development_target = true;
+  EXPECT_EQ(counted_verdict(missed), Verdict::kInfo);
+  Check helper = development_target("speedup_target", false, "3.04x of the 3.3x goal");
+  EXPECT_EQ(helper.verdict, Verdict::kInfo);
+  EXPECT_TRUE(helper.development_target);
+  EXPECT_NE(helper.summary.find("not met"), std::string::npos);
+
+  Suite suite("fixture");
+  suite.add(std::make_unique<CheckedTestcase>(
+      std::vector<Check>{check_of("link", Verdict::kHealthy), missed}));
+  BenchContext context{BenchOptions{}};
+  auto results = suite.run(context);
+  EXPECT_EQ(verdict_of(results), Verdict::kInfo);
+  EXPECT_EQ(verdict_exit_code(results), 0);
+
+  nlohmann::json json = to_json("fixture", results);
+  EXPECT_EQ(json["verdict"], "info");
+  EXPECT_EQ(json["testcases"][0]["verdict"], "info");
+  ASSERT_EQ(json["testcases"][0]["checks"].size(), 2u);
+  EXPECT_EQ(json["testcases"][0]["checks"][1]["verdict"], "info");
+  EXPECT_EQ(json["testcases"][0]["checks"][1]["development_target"], true);
+  // A real warning beside it still counts.
+  results[0].checks.push_back(check_of("pageable", Verdict::kWarning));
+  EXPECT_EQ(verdict_exit_code(results), 1);
+  EXPECT_NE(render_text("fixture", results).find("[warning] pageable"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpuopt::bench

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -127,11 +128,33 @@ TEST(DoctorFixtures, JsonAndPrometheusCarryTheSameFindings) {
   EXPECT_EQ(json["devices"].size(), 1u);
   EXPECT_EQ(json["links"][0]["path"].size(), 2u);
   std::string prometheus = render_prometheus(report);
-  EXPECT_NE(prometheus.find("DCGM_FI_DEV_PCIE_LINK_GEN{pci_bus_id=\"0000:17:00.0\""),
-            std::string::npos);
-  EXPECT_NE(prometheus.find(
-                "GPUOPT_DOCTOR_FINDINGS{id=\"iommu.translated_mode\",severity=\"warning\"} 1"),
-            std::string::npos);
+  // dcgm-exporter's labels: the GPU's index, its bus id with an 8-digit domain, the host.
+  EXPECT_NE(
+      prometheus.find("DCGM_FI_DEV_PCIE_LINK_GEN{gpu=\"0\",UUID=\"\",pci_bus_id=\"00000000:17:"
+                      "00.0\",device=\"nvidia0\","),
+      std::string::npos)
+      << prometheus;
+  EXPECT_NE(
+      prometheus.find("GPUOPT_DOCTOR_FINDINGS{id=\"iommu.translated_mode\",severity=\"warning\","),
+      std::string::npos);
+  // One family per metric: every sample follows its own family's HELP and TYPE, and no family
+  // is announced twice.
+  std::set<std::string> announced;
+  std::string current;
+  std::istringstream lines(prometheus);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# HELP ", 0) == 0) {
+      std::string name = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_TRUE(announced.insert(name).second) << name << " announced twice";
+      current = name;
+      continue;
+    }
+    if (line.rfind("# TYPE ", 0) == 0) {
+      EXPECT_EQ(line.substr(7, line.find(' ', 7) - 7), current) << line;
+      continue;
+    }
+    EXPECT_EQ(line.substr(0, line.find('{')), current) << line;
+  }
   std::string text = render_text(report, /*color=*/false);
   EXPECT_EQ(text.find("\033["), std::string::npos);
   EXPECT_NE(text.find("iommu.translated_mode"), std::string::npos);
