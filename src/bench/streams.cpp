@@ -330,10 +330,14 @@ class ContentionTestcase final : public Testcase {
     // SM partition: streams come from the plan only while it is alive.
     context.progress(static_cast<double>(modes.size()) / total_modes);
     {
-      GPUOPT_ASSIGN_OR_RETURN(
-          auto plan, runtime::PartitionPlan::create(
-                         device, {{"critical", w.critical_sms, runtime::Priority::kCritical, 1},
-                                  {"background", 0, runtime::Priority::kBackground, 2}}));
+      runtime::PartitionOptions partition_options;
+      partition_options.use_green_contexts = options.use_green_contexts;
+      GPUOPT_ASSIGN_OR_RETURN(auto plan,
+                              runtime::PartitionPlan::create(
+                                  device,
+                                  {{"critical", w.critical_sms, runtime::Priority::kCritical, 1},
+                                   {"background", 0, runtime::Priority::kBackground, 2}},
+                                  partition_options));
       GPUOPT_ASSIGN_OR_RETURN(const runtime::Workload* critical, plan->workload("critical"));
       GPUOPT_ASSIGN_OR_RETURN(const runtime::Workload* background, plan->workload("background"));
       ModeSetup setup{

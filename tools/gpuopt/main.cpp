@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "command_registry.hpp"
+#include "gpuopt/core/dynamic_library.hpp"
 
 namespace gpuopt::cli {
 
@@ -21,10 +23,20 @@ std::vector<RegisteredCommand>& command_registry() {
 
 bool use_color(int fd) { return std::getenv("NO_COLOR") == nullptr && isatty(fd) == 1; }
 
+// GPUOPT_DISABLE_<TAG>=1: run as if that optional library were absent (docs/doctor.md).
+void disable_libraries_from_environment() {
+  for (const char* tag : {"NVML", "VULKAN", "CUFILE"}) {
+    const char* value = std::getenv((std::string("GPUOPT_DISABLE_") + tag).c_str());
+    if (value != nullptr && std::string(value) == "1")
+      gpuopt::DynamicLibrary::set_disabled(tag, true);
+  }
+}
+
 }  // namespace gpuopt::cli
 
 int main(int argc, char** argv) {
   using namespace gpuopt::cli;
+  disable_libraries_from_environment();
   CLI::App app{"gpuopt: find what slows a GPU machine, measure it, and fix it (read-only)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "gpuopt 0.1.0");

@@ -86,14 +86,16 @@ TEST(PartitionGpu, StreamsReportTheirWorkloadsSms) {
 
 TEST(PartitionGpu, DisabledGreenContextsFallBack) {
   GPUOPT_REQUIRE_GPU();
-  setenv("GPUOPT_DISABLE_GREEN_CONTEXTS", "1", 1);
   auto device = Device::open(0);
-  auto plan = PartitionPlan::create(*device, {{"critical", 8, Priority::kCritical, 1},
-                                              {"background", 0, Priority::kBackground, 1}});
-  unsetenv("GPUOPT_DISABLE_GREEN_CONTEXTS");
+  PartitionOptions options;
+  options.use_green_contexts = false;
+  auto plan = PartitionPlan::create(
+      *device,
+      {{"critical", 8, Priority::kCritical, 1}, {"background", 0, Priority::kBackground, 1}},
+      options);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   EXPECT_FALSE((*plan)->isolated());
-  EXPECT_NE((*plan)->fallback_reason().find("GPUOPT_DISABLE_GREEN_CONTEXTS"), std::string::npos);
+  EXPECT_NE((*plan)->fallback_reason().find("use_green_contexts"), std::string::npos);
   int priority = 1;
   auto critical = *(*plan)->workload("critical");
   ASSERT_EQ(cudaStreamGetPriority(static_cast<cudaStream_t>(critical->stream(0)), &priority),
