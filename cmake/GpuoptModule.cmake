@@ -5,16 +5,27 @@ if(GPUOPT_WERROR)
   list(APPEND GPUOPT_WARNINGS -Werror)
 endif()
 
+# Builds without CUDA, by file name, so that no source needs an #if around its whole body:
+# X.cu and X_cuda.cpp (host code that calls CUDA but needs no nvcc) are compiled only when
+# GPUOPT_CUDA is on; X_unavailable.cpp (the same entry points answering UNIMPLEMENTED) only when it
+# is off; every other .cpp always.
+function(gpuopt_module_sources out_var dir)
+  file(GLOB sources CONFIGURE_DEPENDS ${dir}/*.cpp)
+  list(FILTER sources EXCLUDE REGEX "_(cuda|unavailable)\\.cpp$")
+  if(GPUOPT_CUDA)
+    file(GLOB cuda_sources CONFIGURE_DEPENDS ${dir}/*.cu ${dir}/*_cuda.cpp)
+  else()
+    file(GLOB cuda_sources CONFIGURE_DEPENDS ${dir}/*_unavailable.cpp)
+  endif()
+  list(APPEND sources ${cuda_sources})
+  set(${out_var} ${sources} PARENT_SCOPE)
+endfunction()
+
 # gpuopt_module(NAME [DEPS module...] [LIBS target...] [CUDA_LIBS target...])
-# Sources: src/NAME/*.cpp always; src/NAME/*.cu only when GPUOPT_CUDA is on.
+# Sources: src/NAME/*.cpp and *.cu, chosen as gpuopt_module_sources says.
 function(gpuopt_module name)
   cmake_parse_arguments(ARG "" "" "DEPS;LIBS;CUDA_LIBS" ${ARGN})
-  file(GLOB cpp_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
-  set(sources ${cpp_sources})
-  if(GPUOPT_CUDA)
-    file(GLOB cu_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cu)
-    list(APPEND sources ${cu_sources})
-  endif()
+  gpuopt_module_sources(sources ${CMAKE_CURRENT_SOURCE_DIR})
   if(NOT sources)
     # A module whose first sources are still being written: keep the target so dependents link.
     set(placeholder ${CMAKE_CURRENT_BINARY_DIR}/gpuopt_${name}_empty.cpp)
