@@ -6,6 +6,22 @@ if(GPUOPT_WERROR)
   list(APPEND GPUOPT_WARNINGS -Werror)
 endif()
 
+# Builds without CUDA, by file name, so that no source needs an #if around its whole body:
+# X.cu and X_cuda.cpp (host code that calls CUDA but needs no nvcc) are compiled only when
+# GPUOPT_CUDA is on; X_unavailable.cpp (the same entry points answering UNIMPLEMENTED) only when it
+# is off; every other .cpp always.
+function(gpuopt_module_sources out_var dir)
+  file(GLOB sources CONFIGURE_DEPENDS ${dir}/*.cpp)
+  list(FILTER sources EXCLUDE REGEX "_(cuda|unavailable)\\.cpp$")
+  if(GPUOPT_CUDA)
+    file(GLOB cuda_sources CONFIGURE_DEPENDS ${dir}/*.cu ${dir}/*_cuda.cpp)
+  else()
+    file(GLOB cuda_sources CONFIGURE_DEPENDS ${dir}/*_unavailable.cpp)
+  endif()
+  list(APPEND sources ${cuda_sources})
+  set(${out_var} ${sources} PARENT_SCOPE)
+endfunction()
+
 # Stops the configure because `module` cannot find `package`; `hint` says where to get it. An
 # optional module's message also names the option that builds without it.
 function(gpuopt_missing_dependency module package hint)
@@ -43,7 +59,7 @@ macro(gpuopt_find_required module what hint kind)
 endmacro()
 
 # gpuopt_module(NAME [DEPS module...] [LIBS target...] [CUDA_LIBS target...])
-# Sources: src/NAME/*.cpp always; src/NAME/*.cu only when GPUOPT_CUDA is on. The library is
+# Sources: src/NAME/*.cpp and *.cu, chosen as gpuopt_module_sources says. The library is
 # gpuopt_NAME in the build tree and gpuopt::NAME for users (the alias here, the installed package).
 function(gpuopt_module name)
   cmake_parse_arguments(ARG "" "" "DEPS;LIBS;CUDA_LIBS" ${ARGN})
@@ -70,12 +86,7 @@ function(gpuopt_module name)
       endif()
     endif()
   endforeach()
-  file(GLOB cpp_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
-  set(sources ${cpp_sources})
-  if(GPUOPT_CUDA)
-    file(GLOB cu_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cu)
-    list(APPEND sources ${cu_sources})
-  endif()
+  gpuopt_module_sources(sources ${CMAKE_CURRENT_SOURCE_DIR})
   if(NOT sources)
     # A module whose first sources are still being written: keep the target so dependents link.
     set(placeholder ${CMAKE_CURRENT_BINARY_DIR}/gpuopt_${name}_empty.cpp)

@@ -33,16 +33,13 @@ Status launch_count_mismatches(const void* data, std::size_t bytes, std::uint64_
 
 // ---- RAII owners -----------------------------------------------------------------------------
 
-struct DeviceMemoryDeleter {
-  void operator()(void* p) const { GPUOPT_CUDA_TRY_NO_THROW(cudaFree(p)); }
-};
+// Device memory is runtime::DeviceBuffer. Host buffers stay here: they are mapped (kernels read
+// them through device_pointer_of), which runtime::PinnedPool's blocks are not.
 struct PinnedMemoryDeleter {
   void operator()(void* p) const { GPUOPT_CUDA_TRY_NO_THROW(cudaFreeHost(p)); }
 };
-using DeviceMemory = std::unique_ptr<void, DeviceMemoryDeleter>;
 using PinnedMemory = std::unique_ptr<void, PinnedMemoryDeleter>;
 
-StatusOr<DeviceMemory> allocate_device(std::size_t bytes);
 // cudaHostAlloc, portable and mapped.
 StatusOr<PinnedMemory> allocate_pinned(std::size_t bytes);
 // The device pointer of mapped (pinned or registered) host memory.

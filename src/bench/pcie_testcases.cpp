@@ -13,6 +13,7 @@
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/platform/numa.hpp"
 #include "gpuopt/platform/pcie_link.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 namespace gpuopt::bench::pcie {
 
@@ -199,11 +200,11 @@ class PcieTestcase : public Testcase {
 };
 
 #if GPUOPT_CUDA
-using detail::DeviceMemory;
 using detail::Lane;
 using detail::PinnedMemory;
 using detail::SpinTimer;
 using detail::Stream;
+using runtime::DeviceBuffer;
 
 // A host buffer of one memory kind; `device_view` is the pointer kernels use (mapped kinds only).
 struct HostBuffer {
@@ -331,7 +332,7 @@ class HostDeviceCopy : public PcieTestcase {
     const std::size_t largest = sizes.back();
     GPUOPT_CUDA_TRY(cudaSetDevice(state.device));
     GPUOPT_ASSIGN_OR_RETURN(HostBuffer host, make_host_buffer(memory_, largest, state));
-    GPUOPT_ASSIGN_OR_RETURN(DeviceMemory device, detail::allocate_device(largest));
+    GPUOPT_ASSIGN_OR_RETURN(DeviceBuffer device, DeviceBuffer::allocate(largest));
     GPUOPT_ASSIGN_OR_RETURN(Stream stream, Stream::create());
     GPUOPT_ASSIGN_OR_RETURN(SpinTimer timer, SpinTimer::create(state.device));
     const bool to_device = direction_ == Direction::kHostToDevice;
@@ -340,7 +341,7 @@ class HostDeviceCopy : public PcieTestcase {
     if (to_device) {
       GPUOPT_RETURN_IF_ERROR(fill(host.data, false, largest, seed, stream.get()));
     } else {
-      GPUOPT_RETURN_IF_ERROR(fill(device.get(), true, largest, seed, stream.get()));
+      GPUOPT_RETURN_IF_ERROR(fill(device.data(), true, largest, seed, stream.get()));
     }
     const bool pageable = memory_ == HostMemory::kPageable;
     TestcaseResult result;
@@ -349,13 +350,13 @@ class HostDeviceCopy : public PcieTestcase {
     nlohmann::json rows = nlohmann::json::array();
     for (std::size_t index = 0; index < sizes.size(); ++index) {
       const std::size_t bytes = sizes[index];
-      void* dst = to_device ? device.get() : host.data;
-      void* src = to_device ? host.data : device.get();
+      void* dst = to_device ? device.data() : host.data;
+      void* src = to_device ? host.data : device.data();
       GPUOPT_RETURN_IF_ERROR(poison(dst, to_device, bytes, stream.get()));
       Lane lane{stream.get(), dst, src, bytes, sm_};
       if (sm_) {
-        lane.dst = to_device ? device.get() : host.device_view;
-        lane.src = to_device ? host.device_view : device.get();
+        lane.dst = to_device ? device.data() : host.device_view;
+        lane.src = to_device ? host.device_view : device.data();
       }
       const int copies = copies_per_sample(bytes);
       std::vector<double> ms;
@@ -373,7 +374,7 @@ class HostDeviceCopy : public PcieTestcase {
       std::size_t mismatched = 0;
       if (to_device || host.device_view != nullptr) {
         GPUOPT_ASSIGN_OR_RETURN(mismatched, detail::count_mismatches_on_device(
-                                                to_device ? device.get() : host.device_view, bytes,
+                                                to_device ? device.data() : host.device_view, bytes,
                                                 seed, stream.get()));
       } else {
         mismatched = count_mismatches_reference(host.data, bytes, seed);
@@ -439,26 +440,26 @@ class Bidirectional : public PcieTestcase {
                             make_host_buffer(HostMemory::kPinnedLocal, largest, state));
     GPUOPT_ASSIGN_OR_RETURN(HostBuffer host_dst,
                             make_host_buffer(HostMemory::kPinnedLocal, largest, state));
-    GPUOPT_ASSIGN_OR_RETURN(DeviceMemory device_src, detail::allocate_device(largest));
-    GPUOPT_ASSIGN_OR_RETURN(DeviceMemory device_dst, detail::allocate_device(largest));
+    GPUOPT_ASSIGN_OR_RETURN(DeviceBuffer device_src, DeviceBuffer::allocate(largest));
+    GPUOPT_ASSIGN_OR_RETURN(DeviceBuffer device_dst, DeviceBuffer::allocate(largest));
     GPUOPT_ASSIGN_OR_RETURN(Stream up, Stream::create());
     GPUOPT_ASSIGN_OR_RETURN(Stream down, Stream::create());
     GPUOPT_ASSIGN_OR_RETURN(SpinTimer timer, SpinTimer::create(state.device));
     const std::uint64_t seed_up = fresh_seed(), seed_down = fresh_seed();
     GPUOPT_RETURN_IF_ERROR(fill(host_src.data, false, largest, seed_up, up.get()));
-    GPUOPT_RETURN_IF_ERROR(fill(device_src.get(), true, largest, seed_down, down.get()));
+    GPUOPT_RETURN_IF_ERROR(fill(device_src.data(), true, largest, seed_down, down.get()));
     TestcaseResult result;
     result.table.columns = {"size", "h2d GB/s", "d2h GB/s", "sum GB/s", "sum spread %", "verified"};
     nlohmann::json rows = nlohmann::json::array();
     for (std::size_t index = 0; index < state.sizes.size(); ++index) {
       const std::size_t bytes = state.sizes[index];
-      GPUOPT_RETURN_IF_ERROR(poison(device_dst.get(), true, bytes, up.get()));
+      GPUOPT_RETURN_IF_ERROR(poison(device_dst.data(), true, bytes, up.get()));
       GPUOPT_RETURN_IF_ERROR(poison(host_dst.data, false, bytes, down.get()));
       const int copies = copies_per_sample(bytes);
-      std::vector<Lane> lanes = {{up.get(), device_dst.get(), host_src.data, bytes, false},
+      std::vector<Lane> lanes = {{up.get(), device_dst.data(), host_src.data, bytes, false},
                                  { down.get(),
                                    host_dst.data,
-                                   device_src.get(),
+                                   device_src.data(),
                                    bytes,
                                    false }};
       GPUOPT_ASSIGN_OR_RETURN(auto ms,
@@ -470,7 +471,7 @@ class Bidirectional : public PcieTestcase {
         sum.push_back(h2d.back() + d2h.back());
       }
       GPUOPT_ASSIGN_OR_RETURN(std::size_t bad_up, detail::count_mismatches_on_device(
-                                                      device_dst.get(), bytes, seed_up, up.get()));
+                                                      device_dst.data(), bytes, seed_up, up.get()));
       if (bad_up != 0) return mismatch_error("bidirectional host to device", bytes, bad_up);
       GPUOPT_ASSIGN_OR_RETURN(
           std::size_t bad_down,
@@ -521,22 +522,22 @@ class DeviceToDevice : public PcieTestcase {
     const PcieState& state = *state_;
     const std::size_t largest = state.sizes.back();
     GPUOPT_CUDA_TRY(cudaSetDevice(state.device));
-    GPUOPT_ASSIGN_OR_RETURN(DeviceMemory src, detail::allocate_device(largest));
-    GPUOPT_ASSIGN_OR_RETURN(DeviceMemory dst, detail::allocate_device(largest));
+    GPUOPT_ASSIGN_OR_RETURN(DeviceBuffer src, DeviceBuffer::allocate(largest));
+    GPUOPT_ASSIGN_OR_RETURN(DeviceBuffer dst, DeviceBuffer::allocate(largest));
     GPUOPT_ASSIGN_OR_RETURN(Stream stream, Stream::create());
     GPUOPT_ASSIGN_OR_RETURN(SpinTimer timer, SpinTimer::create(state.device));
     const std::uint64_t seed = fresh_seed();
-    GPUOPT_RETURN_IF_ERROR(fill(src.get(), true, largest, seed, stream.get()));
+    GPUOPT_RETURN_IF_ERROR(fill(src.data(), true, largest, seed, stream.get()));
     TestcaseResult result;
     result.table.columns = {"size", "read+write GB/s", "copy rate GB/s", "spread %", "verified"};
     nlohmann::json rows = nlohmann::json::array();
     for (std::size_t index = 0; index < state.sizes.size(); ++index) {
       const std::size_t bytes = state.sizes[index];
-      GPUOPT_RETURN_IF_ERROR(poison(dst.get(), true, bytes, stream.get()));
+      GPUOPT_RETURN_IF_ERROR(poison(dst.data(), true, bytes, stream.get()));
       const int copies = copies_per_sample(bytes);
       GPUOPT_ASSIGN_OR_RETURN(auto ms, timer.time_lanes({{ stream.get(),
-                                                           dst.get(),
-                                                           src.get(),
+                                                           dst.data(),
+                                                           src.data(),
                                                            bytes,
                                                            sm_ }},
                                                         copies, state.warmup, state.samples));
@@ -546,7 +547,7 @@ class DeviceToDevice : public PcieTestcase {
         rate.push_back(bandwidth_gbps(double(bytes) * copies, m));
       }
       GPUOPT_ASSIGN_OR_RETURN(std::size_t bad, detail::count_mismatches_on_device(
-                                                   dst.get(), bytes, seed, stream.get()));
+                                                   dst.data(), bytes, seed, stream.get()));
       if (bad != 0) return mismatch_error(key(), bytes, bad);
       Summary s_moved = summarize(moved), s_rate = summarize(rate);
       result.table.rows.push_back({format_bytes(bytes), gbps(s_moved.median), gbps(s_rate.median),
@@ -622,7 +623,7 @@ class Latency : public PcieTestcase {
     GPUOPT_CUDA_TRY(cudaSetDevice(state.device));
     GPUOPT_ASSIGN_OR_RETURN(HostBuffer host,
                             make_host_buffer(HostMemory::kPinnedLocal, 4096, state));
-    GPUOPT_ASSIGN_OR_RETURN(DeviceMemory device, detail::allocate_device(4096));
+    GPUOPT_ASSIGN_OR_RETURN(DeviceBuffer device, DeviceBuffer::allocate(4096));
     GPUOPT_ASSIGN_OR_RETURN(Stream stream, Stream::create());
     TestcaseResult result;
     result.table.columns = {"size",          "direction",      "event us",
@@ -634,14 +635,14 @@ class Latency : public PcieTestcase {
       for (std::size_t bytes : kSizes) {
         const std::uint64_t seed = fresh_seed();
         GPUOPT_RETURN_IF_ERROR(
-            fill(to_device ? host.data : device.get(), !to_device, bytes, seed, stream.get()));
+            fill(to_device ? host.data : device.data(), !to_device, bytes, seed, stream.get()));
         GPUOPT_RETURN_IF_ERROR(
-            poison(to_device ? device.get() : host.data, to_device, bytes, stream.get()));
-        Lane lane{stream.get(), to_device ? device.get() : host.data,
-                  to_device ? host.data : device.get(), bytes, false};
+            poison(to_device ? device.data() : host.data, to_device, bytes, stream.get()));
+        Lane lane{stream.get(), to_device ? device.data() : host.data,
+                  to_device ? host.data : device.data(), bytes, false};
         GPUOPT_ASSIGN_OR_RETURN(auto samples, detail::time_single_copies(lane, 20, iterations));
         GPUOPT_ASSIGN_OR_RETURN(std::size_t bad, detail::count_mismatches_on_device(
-                                                     to_device ? device.get() : host.device_view,
+                                                     to_device ? device.data() : host.device_view,
                                                      bytes, seed, stream.get()));
         if (bad != 0) return mismatch_error(key(), bytes, bad);
         Summary event = summarize(samples.event_us), trip = summarize(samples.round_trip_us);

@@ -6,30 +6,9 @@
 
 namespace gpuopt::bench::scaler {
 
-#if GPUOPT_CUDA
-// Defined in scaler.cu.
+// scaler.cu with CUDA, scaler_unavailable.cpp without.
 std::unique_ptr<Testcase> make_unscale_testcase();
 std::unique_ptr<Testcase> make_sequence_testcase();
-#else
-namespace {
-class NotBuilt : public Testcase {
- public:
-  NotBuilt(std::string key, std::string description)
-      : key_(std::move(key)), description_(std::move(description)) {}
-  std::string key() const override { return key_; }
-  std::string description() const override { return description_; }
-  Status filter(const BenchContext&) const override {
-    return unimplemented("gpuopt was built without CUDA");
-  }
-  StatusOr<TestcaseResult> run(BenchContext&) override {
-    return unimplemented("gpuopt was built without CUDA");
-  }
-
- private:
-  std::string key_, description_;
-};
-}  // namespace
-#endif
 
 std::vector<std::size_t> gradient_sizes(std::size_t total_bytes, std::size_t tensors,
                                         std::size_t element_bytes) {
@@ -64,13 +43,8 @@ int exit_code_for(const std::vector<TestcaseResult>& results) {
 
 Suite make_suite() {
   Suite suite("scaler");
-#if GPUOPT_CUDA
   suite.add(make_unscale_testcase());
   suite.add(make_sequence_testcase());
-#else
-  suite.add(std::make_unique<NotBuilt>("unscale_fp16", "fused unscale vs device copy"));
-  suite.add(std::make_unique<NotBuilt>("sequence", "scripted GradScaler sequence"));
-#endif
   return suite;
 }
 

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpuopt/bench/scaler.hpp"
 #include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 #include "kernels/loss_scaler_device.cuh"
 
 namespace gpuopt::bench::scaler {
@@ -26,17 +28,17 @@ using kernels::detail::DeviceScalerState;
 
 // Owns what one testcase allocates; frees it on every path out.
 struct DeviceResources {
-  std::vector<void*> buffers;
+  std::vector<runtime::DeviceBuffer> buffers;  // freed last, after the stream is gone
   std::vector<cudaEvent_t> events;
   cudaStream_t stream = nullptr;
   ~DeviceResources() {
     for (cudaEvent_t event : events) GPUOPT_CUDA_TRY_NO_THROW(cudaEventDestroy(event));
     if (stream != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaStreamDestroy(stream));
-    for (void* buffer : buffers) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(buffer));
   }
   Status allocate(void** pointer, std::size_t bytes) {
-    GPUOPT_CUDA_TRY(cudaMalloc(pointer, bytes));
-    buffers.push_back(*pointer);
+    GPUOPT_ASSIGN_OR_RETURN(runtime::DeviceBuffer buffer, runtime::DeviceBuffer::allocate(bytes));
+    *pointer = buffer.data();
+    buffers.push_back(std::move(buffer));
     return ok_status();
   }
   Status event(cudaEvent_t* out) {

@@ -4,18 +4,41 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
-#include <cstdlib>
+#include <mutex>
+#include <set>
 
 namespace gpuopt {
 
+namespace {
+std::mutex& disabled_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::set<std::string>& disabled_tags() {
+  static std::set<std::string> tags;
+  return tags;
+}
+}  // namespace
+
+void DynamicLibrary::set_disabled(const std::string& tag, bool disabled) {
+  std::lock_guard<std::mutex> lock(disabled_mutex());
+  if (disabled) {
+    disabled_tags().insert(tag);
+  } else {
+    disabled_tags().erase(tag);
+  }
+}
+
+bool DynamicLibrary::disabled(const std::string& tag) {
+  std::lock_guard<std::mutex> lock(disabled_mutex());
+  return disabled_tags().count(tag) != 0;
+}
+
 StatusOr<DynamicLibrary> DynamicLibrary::open(std::initializer_list<const char*> names,
                                               const char* disable_tag) {
-  if (disable_tag != nullptr) {
-    std::string variable = fmt::format("GPUOPT_DISABLE_{}", disable_tag);
-    const char* value = std::getenv(variable.c_str());
-    if (value != nullptr && std::string(value) == "1") {
-      return unavailable(fmt::format("{} disabled by {}=1", *names.begin(), variable));
-    }
+  if (disable_tag != nullptr && disabled(disable_tag)) {
+    return unavailable(fmt::format("{} not loaded: {} is switched off (GPUOPT_DISABLE_{}=1)",
+                                   *names.begin(), disable_tag, disable_tag));
   }
   std::string attempts;
   for (const char* name : names) {

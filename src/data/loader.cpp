@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 #include "gpuopt/runtime/pinned_pool.hpp"
 
 #if GPUOPT_CUDA
@@ -36,9 +37,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 struct Slot {
   runtime::PinnedBlock staging;
   bool has_staging = false;
-  void* device = nullptr;       // GPU mode
-  bool registered = false;      // device is registered with the dataset's DeviceReader (cuFile)
-  bool ready_recorded = false;  // direct reads: `ready` marks the last use of device by the loader
+  runtime::DeviceBuffer device;  // GPU mode
+  bool registered = false;       // device is registered with the dataset's DeviceReader (cuFile)
+  bool ready_recorded = false;   // direct reads: `ready` marks the last use of device by the loader
 #if GPUOPT_CUDA
   runtime::Event copy_start;     // timing: the copy's start and end on the copy stream
   runtime::Event ready;          // the batch's device copy is complete
@@ -169,15 +170,9 @@ struct Loader::State {
       GPUOPT_ASSIGN_OR_RETURN(slot->copy_start, runtime::Event::create(true));
       GPUOPT_ASSIGN_OR_RETURN(slot->ready, runtime::Event::create(true));
       GPUOPT_ASSIGN_OR_RETURN(slot->consumer_done, runtime::Event::create(false));
-      cudaError_t error = cudaMalloc(&slot->device, batch_bytes);
-      if (error == cudaErrorMemoryAllocation) {
-        (void)cudaGetLastError();
-        return resource_exhausted(
-            fmt::format("cudaMalloc of a {} B batch buffer: out of device memory", batch_bytes));
-      }
-      GPUOPT_CUDA_TRY(error);
+      GPUOPT_ASSIGN_OR_RETURN(slot->device, runtime::DeviceBuffer::allocate(batch_bytes));
       if (direct != nullptr) {
-        Status registered = direct->register_buffer(slot->device, batch_bytes);
+        Status registered = direct->register_buffer(slot->device.data(), batch_bytes);
         slot->registered = registered.ok();
         if (!registered.ok()) {
           std::lock_guard<std::mutex> guard(mutex);
@@ -196,7 +191,7 @@ struct Loader::State {
       slot->has_staging = false;
     }
 #if GPUOPT_CUDA
-    if (slot->device != nullptr) {
+    if (!slot->device.empty()) {
       if (slot->consumer_recorded)
         GPUOPT_CUDA_TRY_NO_THROW(
             cudaEventSynchronize(static_cast<cudaEvent_t>(slot->consumer_done.handle())));
@@ -204,8 +199,8 @@ struct Loader::State {
       if (slot->ready_recorded)
         GPUOPT_CUDA_TRY_NO_THROW(
             cudaEventSynchronize(static_cast<cudaEvent_t>(slot->ready.handle())));
-      if (slot->registered) direct->deregister_buffer(slot->device);
-      GPUOPT_CUDA_TRY_NO_THROW(cudaFree(slot->device));
+      if (slot->registered) direct->deregister_buffer(slot->device.data());
+      slot->device.reset();
       device_bytes -= batch_bytes;
     }
 #endif
@@ -331,7 +326,7 @@ struct Loader::State {
   Status complete_direct_batch(Slot& slot) {
 #if GPUOPT_CUDA
     auto stream = static_cast<cudaStream_t>(copy_stream.handle());
-    auto* base = static_cast<std::byte*>(slot.device);
+    auto* base = slot.device.data_as<std::byte>();
     std::size_t kept = 0;
     std::vector<std::size_t> indices;
     indices.reserve(slot.indices.size());
@@ -375,8 +370,8 @@ struct Loader::State {
       if (slot.consumer_recorded) GPUOPT_RETURN_IF_ERROR(copy_stream.wait(slot.consumer_done));
       slot.consumer_recorded = false;
       GPUOPT_RETURN_IF_ERROR(slot.copy_start.record(copy_stream));
-      GPUOPT_CUDA_TRY(
-          cudaMemcpyAsync(slot.device, base, kept * sample_bytes, cudaMemcpyHostToDevice, stream));
+      GPUOPT_CUDA_TRY(cudaMemcpyAsync(slot.device.data(), base, kept * sample_bytes,
+                                      cudaMemcpyHostToDevice, stream));
       GPUOPT_RETURN_IF_ERROR(slot.ready.record(copy_stream));
       slot.copy_recorded = true;
       slot.copy_bytes = kept * sample_bytes;
@@ -419,7 +414,7 @@ struct Loader::State {
             static_cast<std::byte*>(slot.staging.data) + task.position * sample_bytes,
             sample_bytes);
       }
-      void* device_base = slot.device;
+      void* device_base = slot.device.data();
       lock.unlock();
 
       auto began = Clock::now();
@@ -700,7 +695,7 @@ StatusOr<std::optional<Batch>> Loader::next() {
     batch.indices_ = slot.indices;
     batch.bytes_ = slot.indices.size() * s.sample_bytes;
     batch.host_ = slot.has_staging ? static_cast<const std::byte*>(slot.staging.data) : nullptr;
-    batch.device_ = slot.device;
+    batch.device_ = slot.device.data();
 #if GPUOPT_CUDA
     if (s.gpu) batch.ready_event_ = slot.ready.handle();
 #endif

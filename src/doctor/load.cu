@@ -9,6 +9,7 @@
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/doctor/load.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 namespace gpuopt::doctor {
 
@@ -48,10 +49,12 @@ StatusOr<long long> run_under_load(const std::string& bdf, int milliseconds,
   cudaStream_t stream = nullptr;
   GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   unsigned long long* observed = nullptr;
-  Status status = GPUOPT_CUDA_STATUS(cudaMallocAsync(&observed, sizeof(*observed), stream));
+  auto buffer = runtime::DeviceBuffer::allocate_async(sizeof(*observed), stream);
+  Status status = buffer.status();
   if (status.ok()) {
+    observed = buffer->data_as<unsigned long long>();
     // Poison first so a kernel that never ran cannot look like one that did.
-    status = GPUOPT_CUDA_STATUS(cudaMemsetAsync(observed, 0, sizeof(*observed), stream));
+    status = buffer->zero(stream);
   }
   unsigned long long host_observed = 0;
   if (status.ok()) {
@@ -67,7 +70,7 @@ StatusOr<long long> run_under_load(const std::string& bdf, int milliseconds,
                                                 cudaMemcpyDeviceToHost, stream));
   }
   if (status.ok()) status = GPUOPT_CUDA_STATUS(cudaStreamSynchronize(stream));
-  if (observed != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFreeAsync(observed, stream));
+  if (buffer.ok()) buffer->reset();  // queued on the stream, before it is destroyed
   GPUOPT_CUDA_TRY_NO_THROW(cudaStreamSynchronize(stream));
   GPUOPT_CUDA_TRY_NO_THROW(cudaStreamDestroy(stream));
   GPUOPT_RETURN_IF_ERROR(status);

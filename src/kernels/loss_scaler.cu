@@ -35,7 +35,7 @@ StatusOr<std::unique_ptr<LossScaler>> LossScaler::create(std::span<const Gradien
   GPUOPT_CUDA_TRY(detail::unscale_grid_blocks(chunks.size(), &scaler->grid_blocks_));
 
   const std::size_t state_bytes = detail::device_state_bytes(options.history_capacity);
-  GPUOPT_CUDA_TRY(cudaMalloc(&scaler->device_state_, state_bytes));
+  GPUOPT_ASSIGN_OR_RETURN(scaler->device_state_, runtime::DeviceBuffer::allocate(state_bytes));
   std::vector<unsigned char> initial(state_bytes, 0);
   DeviceScalerState state{};
   const ScalerState start = initial_state(options);
@@ -44,37 +44,34 @@ StatusOr<std::unique_ptr<LossScaler>> LossScaler::create(std::span<const Gradien
   state.hysteresis_tracker = start.hysteresis_tracker;
   std::memcpy(initial.data(), &state, sizeof(state));
   // Setup, not a training step: a synchronous upload is fine here.
-  GPUOPT_CUDA_TRY(
-      cudaMemcpy(scaler->device_state_, initial.data(), state_bytes, cudaMemcpyHostToDevice));
+  GPUOPT_CUDA_TRY(cudaMemcpy(scaler->device_state_.data(), initial.data(), state_bytes,
+                             cudaMemcpyHostToDevice));
   if (!chunks.empty()) {
-    GPUOPT_CUDA_TRY(cudaMalloc(&scaler->device_chunks_, chunks.size() * sizeof(ChunkDescriptor)));
-    GPUOPT_CUDA_TRY(cudaMemcpy(scaler->device_chunks_, chunks.data(),
+    GPUOPT_ASSIGN_OR_RETURN(scaler->device_chunks_, runtime::DeviceBuffer::allocate(
+                                                        chunks.size() * sizeof(ChunkDescriptor)));
+    GPUOPT_CUDA_TRY(cudaMemcpy(scaler->device_chunks_.data(), chunks.data(),
                                chunks.size() * sizeof(ChunkDescriptor), cudaMemcpyHostToDevice));
   }
   return std::move(scaler);
 }
 
-LossScaler::~LossScaler() {
-  if (device_state_ != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(device_state_));
-  if (device_chunks_ != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(device_chunks_));
-  if (device_params_ != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(device_params_));
-}
+LossScaler::~LossScaler() = default;
 
 Status LossScaler::unscale(CUstream_st* stream) {
-  auto* state = static_cast<DeviceScalerState*>(device_state_);
+  auto* state = device_state_.data_as<DeviceScalerState>();
   if (chunk_count_ == 0) {
     // Nothing to check: found_inf is still reset so the step hook sees this step's answer.
     GPUOPT_CUDA_TRY(cudaMemsetAsync(&state->found_inf, 0, sizeof(float), stream));
     return ok_status();
   }
-  GPUOPT_CUDA_TRY(detail::launch_unscale(static_cast<const ChunkDescriptor*>(device_chunks_),
+  GPUOPT_CUDA_TRY(detail::launch_unscale(device_chunks_.data_as<const ChunkDescriptor>(),
                                          chunk_count_, state, grid_blocks_, stream));
   return ok_status();
 }
 
 Status LossScaler::update(CUstream_st* stream) {
   GPUOPT_CUDA_TRY(
-      detail::launch_update(static_cast<DeviceScalerState*>(device_state_), options_, stream));
+      detail::launch_update(device_state_.data_as<DeviceScalerState>(), options_, stream));
   return ok_status();
 }
 
@@ -90,11 +87,12 @@ Status LossScaler::bind_parameters(std::span<float* const> params) {
                               " is null");
     }
   }
-  if (device_params_ == nullptr && !params.empty()) {
-    GPUOPT_CUDA_TRY(cudaMalloc(&device_params_, params.size() * sizeof(float*)));
+  if (device_params_.empty() && !params.empty()) {
+    GPUOPT_ASSIGN_OR_RETURN(device_params_,
+                            runtime::DeviceBuffer::allocate(params.size() * sizeof(float*)));
   }
   if (!params.empty()) {
-    GPUOPT_CUDA_TRY(cudaMemcpy(device_params_, params.data(), params.size() * sizeof(float*),
+    GPUOPT_CUDA_TRY(cudaMemcpy(device_params_.data(), params.data(), params.size() * sizeof(float*),
                                cudaMemcpyHostToDevice));
   }
   parameters_bound_ = true;
@@ -107,26 +105,26 @@ Status LossScaler::sgd_step_if_finite(float learning_rate, CUstream_st* stream) 
   }
   if (chunk_count_ == 0) return ok_status();
   detail::k_sgd_step_if_finite<<<grid_blocks_, detail::kThreadsPerBlock, 0, stream>>>(
-      static_cast<const ChunkDescriptor*>(device_chunks_), static_cast<unsigned>(chunk_count_),
-      static_cast<float* const*>(device_params_),
-      static_cast<const DeviceScalerState*>(device_state_), learning_rate);
+      device_chunks_.data_as<const ChunkDescriptor>(), static_cast<unsigned>(chunk_count_),
+      device_params_.data_as<float* const>(), device_state_.data_as<const DeviceScalerState>(),
+      learning_rate);
   GPUOPT_CUDA_TRY_LAUNCH();
   return ok_status();
 }
 
 const float* LossScaler::device_found_inf() const {
-  return &static_cast<const DeviceScalerState*>(device_state_)->found_inf;
+  return &device_state_.data_as<const DeviceScalerState>()->found_inf;
 }
 
 const float* LossScaler::device_scale() const {
-  return &static_cast<const DeviceScalerState*>(device_state_)->scale;
+  return &device_state_.data_as<const DeviceScalerState>()->scale;
 }
 
 StatusOr<LossScalerStatistics> LossScaler::fetch_statistics(CUstream_st* stream) const {
   const std::size_t state_bytes = detail::device_state_bytes(options_.history_capacity);
   std::vector<unsigned char> host(state_bytes);
-  GPUOPT_CUDA_TRY(
-      cudaMemcpyAsync(host.data(), device_state_, state_bytes, cudaMemcpyDeviceToHost, stream));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(host.data(), device_state_.data(), state_bytes,
+                                  cudaMemcpyDeviceToHost, stream));
   GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
   DeviceScalerState state;
   std::memcpy(&state, host.data(), sizeof(state));

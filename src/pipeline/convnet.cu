@@ -6,10 +6,12 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/pipeline/convnet.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 namespace gpuopt::pipeline {
 namespace {
@@ -53,9 +55,9 @@ struct Layer {
   cudnnConvolutionDescriptor_t conv_desc = nullptr;
   cudnnConvolutionFwdAlgo_t forward_algo{};
   cudnnConvolutionBwdDataAlgo_t backward_algo{};
-  __half* weights = nullptr;
-  __half* bias = nullptr;
-  __half* output = nullptr;
+  runtime::DeviceBuffer weights;  // __half[K*R*S*C]
+  runtime::DeviceBuffer bias;     // __half[K]
+  runtime::DeviceBuffer output;   // __half[out.elements()]
 };
 
 class CudnnConvNet final : public ConvNet {
@@ -70,11 +72,7 @@ class CudnnConvNet final : public ConvNet {
       if (layer.out_desc) cudnnDestroyTensorDescriptor(layer.out_desc);
       if (layer.filter_desc) cudnnDestroyFilterDescriptor(layer.filter_desc);
       if (layer.conv_desc) cudnnDestroyConvolutionDescriptor(layer.conv_desc);
-      GPUOPT_CUDA_TRY_NO_THROW(cudaFree(layer.weights));
-      GPUOPT_CUDA_TRY_NO_THROW(cudaFree(layer.bias));
-      GPUOPT_CUDA_TRY_NO_THROW(cudaFree(layer.output));
     }
-    GPUOPT_CUDA_TRY_NO_THROW(cudaFree(workspace_));
     if (handle_) cudnnDestroy(handle_);
   }
 
@@ -137,18 +135,20 @@ class CudnnConvNet final : public ConvNet {
       make_layer_weights(seed, static_cast<int>(index), layer.in.c, layer.spec, weights, bias);
       std::vector<std::uint16_t> weights_half = to_half_bits(weights),
                                  bias_half = to_half_bits(bias);
-      GPUOPT_CUDA_TRY(cudaMalloc(&layer.weights, weights_half.size() * 2));
-      GPUOPT_CUDA_TRY(cudaMalloc(&layer.bias, bias_half.size() * 2));
-      GPUOPT_CUDA_TRY(cudaMalloc(&layer.output, layer.out.elements() * sizeof(__half)));
+      GPUOPT_ASSIGN_OR_RETURN(layer.weights,
+                              runtime::DeviceBuffer::allocate(weights_half.size() * 2));
+      GPUOPT_ASSIGN_OR_RETURN(layer.bias, runtime::DeviceBuffer::allocate(bias_half.size() * 2));
+      GPUOPT_ASSIGN_OR_RETURN(
+          layer.output, runtime::DeviceBuffer::allocate(layer.out.elements() * sizeof(__half)));
       // Set-up copies, once, before any stream work: synchronous copies are fine here.
-      GPUOPT_CUDA_TRY(cudaMemcpy(layer.weights, weights_half.data(), weights_half.size() * 2,
+      GPUOPT_CUDA_TRY(cudaMemcpy(layer.weights.data(), weights_half.data(), weights_half.size() * 2,
                                  cudaMemcpyHostToDevice));
-      GPUOPT_CUDA_TRY(
-          cudaMemcpy(layer.bias, bias_half.data(), bias_half.size() * 2, cudaMemcpyHostToDevice));
-      layers_.push_back(layer);
+      GPUOPT_CUDA_TRY(cudaMemcpy(layer.bias.data(), bias_half.data(), bias_half.size() * 2,
+                                 cudaMemcpyHostToDevice));
+      layers_.push_back(std::move(layer));
       shape = layer.out;
     }
-    if (workspace_bytes > 0) GPUOPT_CUDA_TRY(cudaMalloc(&workspace_, workspace_bytes));
+    GPUOPT_ASSIGN_OR_RETURN(workspace_, runtime::DeviceBuffer::allocate(workspace_bytes));
     workspace_bytes_ = workspace_bytes;
     return ok_status();
   }
@@ -164,19 +164,22 @@ class CudnnConvNet final : public ConvNet {
     for (auto& layer : layers_) {
       if (layer.spec.kind == LayerKind::kConv) {
         GPUOPT_CUDNN_TRY(cudnnConvolutionForward(
-            handle_, &alpha, layer.in_desc, x, layer.filter_desc, layer.weights, layer.conv_desc,
-            layer.forward_algo, workspace_, workspace_bytes_, &beta, layer.out_desc, layer.output));
+            handle_, &alpha, layer.in_desc, x, layer.filter_desc, layer.weights.data(),
+            layer.conv_desc, layer.forward_algo, workspace_.data(), workspace_bytes_, &beta,
+            layer.out_desc, layer.output.data()));
       } else {
         GPUOPT_CUDNN_TRY(cudnnConvolutionBackwardData(
-            handle_, &alpha, layer.filter_desc, layer.weights, layer.out_desc, x, layer.conv_desc,
-            layer.backward_algo, workspace_, workspace_bytes_, &beta, layer.in_desc, layer.output));
+            handle_, &alpha, layer.filter_desc, layer.weights.data(), layer.out_desc, x,
+            layer.conv_desc, layer.backward_algo, workspace_.data(), workspace_bytes_, &beta,
+            layer.in_desc, layer.output.data()));
       }
       const std::size_t elements = layer.out.elements();
       const int blocks = static_cast<int>(std::min<std::size_t>((elements + 255) / 256, 4096));
-      k_bias_relu_f16<<<blocks, 256, 0, cuda_stream>>>(layer.output, layer.bias, elements,
+      k_bias_relu_f16<<<blocks, 256, 0, cuda_stream>>>(layer.output.data_as<__half>(),
+                                                       layer.bias.data_as<const __half>(), elements,
                                                        layer.out.c, layer.spec.relu);
       GPUOPT_CUDA_TRY_LAUNCH();
-      x = layer.output;
+      x = layer.output.data_as<const __half>();
     }
     return reinterpret_cast<const std::uint16_t*>(x);
   }
@@ -184,7 +187,7 @@ class CudnnConvNet final : public ConvNet {
  private:
   cudnnHandle_t handle_ = nullptr;
   std::vector<Layer> layers_;
-  void* workspace_ = nullptr;
+  runtime::DeviceBuffer workspace_;
   std::size_t workspace_bytes_ = 0;
 };
 

@@ -11,6 +11,7 @@
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
 #include "gpuopt/pipeline/llm.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 #include "pipeline/llm_weights.hpp"
 
 namespace gpuopt::pipeline {
@@ -278,11 +279,11 @@ StatusOr<Options> reproducible_options_for(const kernels::W4A16Gemm::Arguments& 
   } else {
     kernels::W4A16Gemm probe(options);
     GPUOPT_ASSIGN_OR_RETURN(std::size_t bytes, probe.workspace_size(args));
-    void* workspace = nullptr;
-    GPUOPT_CUDA_TRY(cudaMalloc(&workspace, std::max<std::size_t>(bytes, 16)));
-    const Status planned = probe.initialize(args, workspace, stream);
+    GPUOPT_ASSIGN_OR_RETURN(runtime::DeviceBuffer workspace,
+                            runtime::DeviceBuffer::allocate(std::max<std::size_t>(bytes, 16)));
+    const Status planned = probe.initialize(args, workspace.data(), stream);
     GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));  // initialize's memset before the free
-    GPUOPT_CUDA_TRY(cudaFree(workspace));
+    workspace.reset();
     GPUOPT_RETURN_IF_ERROR(planned);
     options.force_blocks = probe.config().tiles;
   }
@@ -302,8 +303,8 @@ class CudaLlmDecoder final : public LlmDecoder {
  public:
   explicit CudaLlmDecoder(const LlmConfig& config) : config_(config) {}
   ~CudaLlmDecoder() override {
-    matrices_.clear();
-    for (void* p : allocations_) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(p));
+    matrices_.clear();  // the GEMMs first: they hold views of the buffers below
+    allocations_.clear();
   }
 
   const LlmConfig& config() const override { return config_; }
@@ -401,10 +402,11 @@ class CudaLlmDecoder final : public LlmDecoder {
 
   template <typename T>
   Status allocate(T*& pointer, std::size_t count) {
-    void* p = nullptr;
-    GPUOPT_CUDA_TRY(cudaMalloc(&p, std::max<std::size_t>(count * sizeof(T), 16)));
-    allocations_.push_back(p);
-    pointer = static_cast<T*>(p);
+    GPUOPT_ASSIGN_OR_RETURN(
+        runtime::DeviceBuffer buffer,
+        runtime::DeviceBuffer::allocate(std::max<std::size_t>(count * sizeof(T), 16)));
+    pointer = buffer.data_as<T>();
+    allocations_.push_back(std::move(buffer));
     return ok_status();
   }
 
@@ -556,7 +558,7 @@ class CudaLlmDecoder final : public LlmDecoder {
   }
 
   LlmConfig config_;
-  std::vector<void*> allocations_;
+  std::vector<runtime::DeviceBuffer> allocations_;
   std::vector<std::unique_ptr<Matrix>> matrices_;  // [layer][qkv, o, gate_up, down], lm_head
   float* residual_ = nullptr;                      // [max_batch][hidden] fp32 residual stream
   float* pooled_ = nullptr;                 // [max_batch][hidden] sum of final normalised states

@@ -1,11 +1,9 @@
 // CPU-only builds: LlmDecoder::create says why it cannot run.
 #include "gpuopt/pipeline/llm.hpp"
 
-#if !GPUOPT_CUDA
 namespace gpuopt::pipeline {
 StatusOr<std::unique_ptr<LlmDecoder>> LlmDecoder::create(const LlmConfig& config) {
   return unimplemented(config.name +
                        ": gpuopt was built without CUDA (the LLM decoder needs a GPU)");
 }
 }  // namespace gpuopt::pipeline
-#endif

@@ -1,11 +1,9 @@
 // CPU-only builds: the GPU preprocessing entry point says why it cannot run.
 #include "gpuopt/pipeline/preprocess.hpp"
 
-#if !GPUOPT_CUDA
 namespace gpuopt::pipeline {
 Status preprocess(const std::uint8_t*, std::uint16_t*, const PreprocessParams&,
                   runtime::StreamHandle) {
   return unimplemented("preprocess: gpuopt was built without CUDA");
 }
 }  // namespace gpuopt::pipeline
-#endif

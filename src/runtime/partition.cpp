@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -40,7 +39,7 @@ bool partition_plan_active(int device_ordinal) {
 
 StatusOr<std::unique_ptr<PartitionPlan>> PartitionPlan::create(
     int device_ordinal, const std::vector<WorkloadSpec>& workloads,
-    std::shared_ptr<SmPartitionBackend> backend, bool allow_fallback) {
+    std::shared_ptr<SmPartitionBackend> backend, const PartitionOptions& options) {
   if (backend == nullptr) return invalid_argument("PartitionPlan: null backend");
   if (workloads.empty()) return invalid_argument("PartitionPlan: no workloads to place");
   const int total_sms = backend->total_sms();
@@ -87,7 +86,10 @@ StatusOr<std::unique_ptr<PartitionPlan>> PartitionPlan::create(
   plan->device_ = device_ordinal;
   plan->backend_ = backend;
 
-  Status probe = backend->probe();
+  Status probe =
+      options.use_green_contexts
+          ? backend->probe()
+          : unavailable("green contexts turned off (PartitionOptions::use_green_contexts)");
   std::vector<int> group_sms;
   if (probe.ok()) {
     std::vector<int> min_sms;
@@ -101,7 +103,8 @@ StatusOr<std::unique_ptr<PartitionPlan>> PartitionPlan::create(
     }
   }
   if (!plan->isolated_) {
-    if (!allow_fallback) return probe.with_context("PartitionPlan: SM partitions unavailable");
+    if (!options.allow_fallback)
+      return probe.with_context("PartitionPlan: SM partitions unavailable");
     plan->fallback_reason_ = fmt::format(
         "SM partitions unavailable ({}); using priority streams instead: a critical kernel can "
         "still wait for SM slots held by running background blocks",
@@ -131,10 +134,26 @@ StatusOr<std::unique_ptr<PartitionPlan>> PartitionPlan::create(
 }
 
 StatusOr<std::unique_ptr<PartitionPlan>> PartitionPlan::create(
-    const Device& device, const std::vector<WorkloadSpec>& workloads, bool allow_fallback) {
+    const Device& device, const std::vector<WorkloadSpec>& workloads,
+    const PartitionOptions& options) {
   GPUOPT_ASSIGN_OR_RETURN(SmPartitionBackend backend, green_context_backend(device));
   return create(device.ordinal(), workloads,
-                std::make_shared<SmPartitionBackend>(std::move(backend)), allow_fallback);
+                std::make_shared<SmPartitionBackend>(std::move(backend)), options);
+}
+
+StatusOr<std::unique_ptr<PartitionPlan>> PartitionPlan::create(
+    int device_ordinal, const std::vector<WorkloadSpec>& workloads,
+    std::shared_ptr<SmPartitionBackend> backend, bool allow_fallback) {
+  PartitionOptions options;
+  options.allow_fallback = allow_fallback;
+  return create(device_ordinal, workloads, std::move(backend), options);
+}
+
+StatusOr<std::unique_ptr<PartitionPlan>> PartitionPlan::create(
+    const Device& device, const std::vector<WorkloadSpec>& workloads, bool allow_fallback) {
+  PartitionOptions options;
+  options.allow_fallback = allow_fallback;
+  return create(device, workloads, options);
 }
 
 PartitionPlan::~PartitionPlan() {
@@ -218,10 +237,6 @@ StatusOr<SmPartitionBackend> green_context_backend(const Device& device) {
   const int driver_version = properties.driver_version;
   backend.total_sms = [sms] { return sms; };
   backend.probe = [driver, driver_version, missing]() -> Status {
-    if (const char* off = std::getenv("GPUOPT_DISABLE_GREEN_CONTEXTS");
-        off && *off && *off != '0') {
-      return unavailable("green contexts disabled by GPUOPT_DISABLE_GREEN_CONTEXTS");
-    }
     if (driver_version < 12040) {
       return unavailable(fmt::format("the driver supports CUDA {}.{}; green contexts need 12.4",
                                      driver_version / 1000, driver_version % 1000 / 10));

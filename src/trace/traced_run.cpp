@@ -140,13 +140,12 @@ class IgnoreInterrupts {
 
 }  // namespace
 
-StatusOr<std::string> find_injection_library(const std::string& executable_path) {
+StatusOr<std::string> find_injection_library(const std::string& executable_path,
+                                             const std::string& override_path) {
   std::vector<std::string> tried;
-  if (const char* override_path = std::getenv(kInjectLibraryEnv);
-      override_path != nullptr && *override_path != '\0') {
-    if (access(override_path, R_OK) == 0) return fs::absolute(override_path).string();
-    return not_found(
-        fmt::format("{}={} does not name a readable file", kInjectLibraryEnv, override_path));
+  if (!override_path.empty()) {
+    if (access(override_path.c_str(), R_OK) == 0) return fs::absolute(override_path).string();
+    return not_found(fmt::format("{} is not a readable file", override_path));
   }
   const fs::path directory = fs::path(executable_path).parent_path();
   for (const fs::path& candidate :
@@ -159,8 +158,7 @@ StatusOr<std::string> find_injection_library(const std::string& executable_path)
   }
   std::string list;
   for (const std::string& path : tried) list += (list.empty() ? "" : ", ") + path;
-  return not_found(fmt::format("{} not found (tried {}; set {} to its path)", kInjectionFileName,
-                               list, kInjectLibraryEnv));
+  return not_found(fmt::format("{} not found (tried {})", kInjectionFileName, list));
 }
 
 StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {

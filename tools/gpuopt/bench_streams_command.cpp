@@ -17,6 +17,7 @@ struct StreamsArgs {
   bool quick = false;
   int samples = 0;
   int device = 0;
+  bool no_green_contexts = false;
   std::vector<std::string> only;
 };
 
@@ -26,6 +27,7 @@ int run_bench_streams(const StreamsArgs& args) {
   options.samples = args.samples;
   options.device = args.device;
   options.only = args.only;
+  options.use_green_contexts = !args.no_green_contexts;
   const bench::Suite suite = bench::streams::make_suite();
   const std::vector<bench::TestcaseResult> results = run_and_print(suite, options, args.json);
   return bench::streams::exit_code_for(results);
@@ -41,6 +43,8 @@ GPUOPT_REGISTER_COMMAND("bench", 45, [](CLI::App& parent, int& exit_code) {
   command->add_flag("--quick", args->quick, "0.4 s per mode instead of 2 s (under 10 s in all)");
   command->add_option("--samples", args->samples, "graph_launch samples (default 15, quick 5)");
   command->add_option("--device", args->device, "CUDA device ordinal");
+  command->add_flag("--no-green-contexts", args->no_green_contexts,
+                    "sm_partition mode on priority streams even where green contexts exist");
   command->add_option("--only", args->only, "testcases to run: contention, graph_launch");
   command->callback([args, &exit_code] { exit_code = run_bench_streams(*args); });
 });

@@ -16,6 +16,7 @@ namespace gpuopt::build_info {
 // Defined in the source cmake/GitRevision.cmake writes at build time.
 const char* git_revision();
 }  // namespace gpuopt::build_info
+#include "gpuopt/core/dynamic_library.hpp"
 
 namespace gpuopt::cli {
 
@@ -64,10 +65,20 @@ void add_unbuilt_command(CLI::App& app, const UnbuiltCommand& command, int& exit
 
 }  // namespace
 
+// GPUOPT_DISABLE_<TAG>=1: run as if that optional library were absent (docs/doctor.md).
+void disable_libraries_from_environment() {
+  for (const char* tag : {"NVML", "VULKAN", "CUFILE"}) {
+    const char* value = std::getenv((std::string("GPUOPT_DISABLE_") + tag).c_str());
+    if (value != nullptr && std::string(value) == "1")
+      gpuopt::DynamicLibrary::set_disabled(tag, true);
+  }
+}
+
 }  // namespace gpuopt::cli
 
 int main(int argc, char** argv) {
   using namespace gpuopt::cli;
+  disable_libraries_from_environment();
   CLI::App app{"gpuopt: find what slows a GPU machine, measure it, and fix it (read-only)"};
   app.footer(
       "Exit codes: 0 healthy (notes at most), 1 warnings, 2 failing (a fault or wrong results), "

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -18,7 +19,12 @@
 namespace gpuopt::cli {
 namespace {
 
+// The injection library's path when it is not where gpuopt looks (docs/trace.md); --inject-library
+// takes precedence.
+constexpr const char* kInjectLibraryEnv = "GPUOPT_TRACE_INJECT";
+
 struct TraceArgs {
+  std::string inject_library;
   std::string out = "gpuopt-trace.json";
   std::string summary_json;
   std::string records_json;
@@ -39,9 +45,21 @@ int run_trace(const TraceArgs& args) {
     std::fprintf(stderr, "gpuopt trace: %s\n", executable.status().to_string().c_str());
     return kExitToolFailed;
   }
-  auto library = trace::find_injection_library(*executable);
+  std::string override_path = args.inject_library;
+  std::string override_source = "--inject-library";
+  if (const char* from_env = std::getenv(kInjectLibraryEnv);
+      override_path.empty() && from_env != nullptr) {
+    override_path = from_env;
+    override_source = kInjectLibraryEnv;
+  }
+  auto library = trace::find_injection_library(*executable, override_path);
   if (!library.ok()) {
-    std::fprintf(stderr, "gpuopt trace: %s\n", library.status().to_string().c_str());
+    const std::string hint =
+        override_path.empty()
+            ? fmt::format("; pass --inject-library PATH or set {}", kInjectLibraryEnv)
+            : fmt::format(" (from {})", override_source);
+    std::fprintf(stderr, "gpuopt trace: %s%s\n", library.status().to_string().c_str(),
+                 hint.c_str());
     return kExitToolFailed;
   }
   trace::TracedRunOptions options;
@@ -114,6 +132,9 @@ GPUOPT_REGISTER_COMMAND("", 40, [](CLI::App& parent, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(0.01, 10.0));
   command->add_flag("--driver-api", args->driver_api, "Also trace CUDA driver API calls");
+  command->add_option("--inject-library", args->inject_library,
+                      "libgpuopt_trace_inject.so to load (default: $GPUOPT_TRACE_INJECT, else "
+                      "next to gpuopt, then ../bin, ../lib, ../../bin)");
   command->add_option("command", args->command, "The command to trace, after --")
       ->required()
       ->expected(1, -1);

@@ -36,6 +36,7 @@ struct BenchOptions {
   int device = 0;                  // CUDA device ordinal
   std::vector<std::string> only;   // testcase keys to run; empty = all
   bool progress = false;           // draw a progress bar on stderr
+  bool use_green_contexts = true;  // false: SM partitions fall back to priority streams
 };
 
 // A small text table for people; JSON carries the same figures for programs.

@@ -13,11 +13,14 @@ namespace gpuopt {
 class DynamicLibrary {
  public:
   // Tries each name in order (e.g. "libnvidia-ml.so.1", "libnvidia-ml.so"); UNAVAILABLE naming
-  // every attempt and dlerror's text when none loads. GPUOPT_DISABLE_<TAG>=1 in the environment
-  // (TAG from `disable_tag`, e.g. "NVML") refuses to load, so tests and users can simulate a
-  // missing library.
+  // every attempt and dlerror's text when none loads, or when `disable_tag` (e.g. "NVML") is
+  // switched off by set_disabled.
   static StatusOr<DynamicLibrary> open(std::initializer_list<const char*> names,
                                        const char* disable_tag = nullptr);
+  // Process-wide: from now on, open() with this tag refuses to load, so tests and users can
+  // simulate a missing library (the gpuopt CLI maps GPUOPT_DISABLE_<TAG>=1 to it). Thread-safe.
+  static void set_disabled(const std::string& tag, bool disabled);
+  static bool disabled(const std::string& tag);
 
   DynamicLibrary() = default;
   DynamicLibrary(DynamicLibrary&& other) noexcept;

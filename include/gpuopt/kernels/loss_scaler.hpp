@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpuopt/core/status.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 // cudaStream_t is `CUstream_st*`; declared here so this header compiles without CUDA.
 struct CUstream_st;
@@ -130,9 +131,9 @@ class LossScaler {
   LossScaler() = default;
   LossScalerOptions options_;
   std::vector<GradientTensor> gradients_;
-  void* device_state_ = nullptr;   // DeviceScalerState followed by the history ring
-  void* device_chunks_ = nullptr;  // ChunkDescriptor[chunk_count_]
-  void* device_params_ = nullptr;  // float*[gradients_.size()]
+  runtime::DeviceBuffer device_state_;   // DeviceScalerState followed by the history ring
+  runtime::DeviceBuffer device_chunks_;  // ChunkDescriptor[chunk_count_]
+  runtime::DeviceBuffer device_params_;  // float*[gradients_.size()]
   std::size_t chunk_count_ = 0;
   int grid_blocks_ = 0;
   bool parameters_bound_ = false;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 
 #include "gpuopt/core/status.hpp"
 #include "gpuopt/runtime/stream.hpp"
@@ -20,11 +21,22 @@ class DeviceBuffer {
   static StatusOr<DeviceBuffer> allocate_async(std::size_t bytes, StreamHandle stream);
 
   DeviceBuffer() = default;
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)),
+        stream_(std::exchange(other.stream_, nullptr)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      reset();
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+      stream_ = std::exchange(other.stream_, nullptr);
+    }
+    return *this;
+  }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer();
+  ~DeviceBuffer() { reset(); }
 
   void* data() const { return data_; }
   template <typename T>
@@ -38,9 +50,13 @@ class DeviceBuffer {
 
   // cudaMemsetAsync(0) of the whole buffer on `stream`.
   Status zero(StreamHandle stream) const;
-  // Copies size_bytes() from host memory (cudaMemcpyAsync on `stream`; the host memory must stay
-  // valid until the stream reaches the copy, and pageable memory makes it synchronous).
+  // Copies `bytes` (at most size_bytes()) from host memory (cudaMemcpyAsync on `stream`; the host
+  // memory must stay valid until the stream reaches the copy, and pageable memory makes it
+  // synchronous).
   Status copy_from_host(const void* host, std::size_t bytes, StreamHandle stream) const;
+  // Copies the first `bytes` to host memory (cudaMemcpyAsync on `stream`; the caller waits for the
+  // stream before reading `host`). INVALID_ARGUMENT when `bytes` exceeds size_bytes().
+  Status copy_to_host(void* host, std::size_t bytes, StreamHandle stream) const;
   // Frees now (reported to stderr if the free fails) and leaves the buffer empty.
   void reset();
 

@@ -44,6 +44,16 @@ struct SmPartitionBackend {
 // green contexts are unusable on this driver.
 StatusOr<SmPartitionBackend> green_context_backend(const Device& device);
 
+// How a plan places its workloads.
+struct PartitionOptions {
+  // Priority streams on the whole device when green contexts are unusable (fallback_reason()
+  // says why); false returns the reason as UNAVAILABLE instead.
+  bool allow_fallback = true;
+  // false: skip green contexts even where the driver has them, to measure the fallback on the
+  // same machine (`gpuopt bench streams --no-green-contexts`).
+  bool use_green_contexts = true;
+};
+
 // A workload's place in the plan: its SMs and its streams (owned by the plan).
 class Workload {
  public:
@@ -69,7 +79,15 @@ class PartitionPlan {
  public:
   // Validates the specs (unique non-empty names, at most one "rest", SMs asked <= device SMs).
   // `backend` null = green_context_backend(device). Falls back to priority streams when
-  // backend.probe() fails and `allow_fallback`; fallback_reason() then says why.
+  // backend.probe() fails (or options.use_green_contexts is false) and options.allow_fallback;
+  // fallback_reason() then says why.
+  static StatusOr<std::unique_ptr<PartitionPlan>> create(
+      int device_ordinal, const std::vector<WorkloadSpec>& workloads,
+      std::shared_ptr<SmPartitionBackend> backend, const PartitionOptions& options);
+  static StatusOr<std::unique_ptr<PartitionPlan>> create(const Device& device,
+                                                         const std::vector<WorkloadSpec>& workloads,
+                                                         const PartitionOptions& options);
+  // The same with PartitionOptions{allow_fallback}.
   static StatusOr<std::unique_ptr<PartitionPlan>> create(
       int device_ordinal, const std::vector<WorkloadSpec>& workloads,
       std::shared_ptr<SmPartitionBackend> backend, bool allow_fallback = true);

@@ -13,10 +13,10 @@
 
 namespace gpuopt::trace {
 
-// Environment variables shared by gpuopt and the injection library.
+// The injection library runs inside the traced process, so run_traced passes it its settings in
+// that process's environment: these variables are its interface.
 inline constexpr const char* kRecordDirEnv =
     "GPUOPT_TRACE_RECORD_DIR";  // where records-<pid>.json go
-inline constexpr const char* kInjectLibraryEnv = "GPUOPT_TRACE_INJECT";  // override the .so path
 inline constexpr const char* kDriverApiEnv = "GPUOPT_TRACE_DRIVER_API";  // "1": trace driver calls
 
 struct TracedRunOptions {
@@ -34,9 +34,11 @@ struct TracedRun {
   std::optional<std::string> nvml_unavailable_reason;
 };
 
-// Finds libgpuopt_trace_inject.so: $GPUOPT_TRACE_INJECT, else next to `executable_path`, else in
-// ../bin, ../lib and ../../bin (the build tree) relative to it. NOT_FOUND naming every place tried.
-StatusOr<std::string> find_injection_library(const std::string& executable_path);
+// Finds libgpuopt_trace_inject.so: `override_path` when not empty (NOT_FOUND when it is not a
+// readable file), else next to `executable_path`, else in ../bin, ../lib and ../../bin (the build
+// tree) relative to it. NOT_FOUND naming every place tried.
+StatusOr<std::string> find_injection_library(const std::string& executable_path,
+                                             const std::string& override_path = {});
 
 // Runs the command to completion. An error only when the tool itself fails (cannot create the
 // record directory, fork, or the command cannot be executed: NOT_FOUND).

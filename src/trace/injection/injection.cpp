@@ -50,6 +50,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   static std::atomic<bool> initialized{false};
   if (initialized.exchange(true)) return 1;
   try {
+    // Loaded by the driver into another process: its environment is this library's only input.
     const char* directory = std::getenv(gpuopt::trace::kRecordDirEnv);
     if (directory == nullptr || *directory == '\0') {
       std::fprintf(stderr, "gpuopt trace: injection library loaded without %s; not tracing\n",

@@ -9,6 +9,7 @@
 #include "bench/pcie_device.hpp"
 #include "common/test_support.hpp"
 #include "gpuopt/bench/pcie.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 namespace gpuopt::bench::pcie {
 namespace {
@@ -19,16 +20,16 @@ TEST(PcieGpu, FillAndCountKernelsMatchTheCpuTwin) {
   std::mt19937_64 random(std::random_device{}());
   const std::uint64_t seed = random();
   const std::size_t bytes = (1u << 20) + 5;  // a partial last word
-  auto device = detail::allocate_device(bytes);
+  auto device = runtime::DeviceBuffer::allocate(bytes);
   ASSERT_TRUE(device.ok()) << device.status().to_string();
   auto stream = detail::Stream::create();
   ASSERT_TRUE(stream.ok());
-  ASSERT_EQ(cudaMemsetAsync(device->get(), 0xA5, bytes, stream->get()), cudaSuccess);
-  ASSERT_TRUE(detail::launch_fill_pattern(device->get(), bytes, seed, stream->get()).ok());
+  ASSERT_EQ(cudaMemsetAsync(device->data(), 0xA5, bytes, stream->get()), cudaSuccess);
+  ASSERT_TRUE(detail::launch_fill_pattern(device->data(), bytes, seed, stream->get()).ok());
   std::vector<unsigned char> from_gpu(bytes), expected(bytes);
-  ASSERT_EQ(
-      cudaMemcpyAsync(from_gpu.data(), device->get(), bytes, cudaMemcpyDeviceToHost, stream->get()),
-      cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(from_gpu.data(), device->data(), bytes, cudaMemcpyDeviceToHost,
+                            stream->get()),
+            cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream->get()), cudaSuccess);
   fill_pattern_reference(expected.data(), bytes, seed);
   EXPECT_EQ(std::memcmp(from_gpu.data(), expected.data(), bytes), 0);
@@ -37,10 +38,10 @@ TEST(PcieGpu, FillAndCountKernelsMatchTheCpuTwin) {
   std::set<std::size_t> flipped = {bytes - 1};
   while (flipped.size() < 7) flipped.insert(random() % bytes);
   for (std::size_t i : flipped) expected[i] ^= 0x5A;
-  ASSERT_EQ(
-      cudaMemcpyAsync(device->get(), expected.data(), bytes, cudaMemcpyHostToDevice, stream->get()),
-      cudaSuccess);
-  auto mismatches = detail::count_mismatches_on_device(device->get(), bytes, seed, stream->get());
+  ASSERT_EQ(cudaMemcpyAsync(device->data(), expected.data(), bytes, cudaMemcpyHostToDevice,
+                            stream->get()),
+            cudaSuccess);
+  auto mismatches = detail::count_mismatches_on_device(device->data(), bytes, seed, stream->get());
   ASSERT_TRUE(mismatches.ok()) << mismatches.status().to_string();
   EXPECT_EQ(*mismatches, flipped.size());
   EXPECT_EQ(*mismatches, count_mismatches_reference(expected.data(), bytes, seed));
@@ -50,14 +51,14 @@ TEST(PcieGpu, SmCopyCopiesEveryByteIncludingTheTail) {
   GPUOPT_REQUIRE_GPU();
   const std::uint64_t seed = std::random_device{}();
   const std::size_t bytes = 3 * 4096 + 9;
-  auto src = detail::allocate_device(bytes);
-  auto dst = detail::allocate_device(bytes);
+  auto src = runtime::DeviceBuffer::allocate(bytes);
+  auto dst = runtime::DeviceBuffer::allocate(bytes);
   auto stream = detail::Stream::create();
   ASSERT_TRUE(src.ok() && dst.ok() && stream.ok());
-  ASSERT_TRUE(detail::launch_fill_pattern(src->get(), bytes, seed, stream->get()).ok());
-  ASSERT_EQ(cudaMemsetAsync(dst->get(), 0, bytes, stream->get()), cudaSuccess);
-  ASSERT_TRUE(detail::launch_sm_copy(dst->get(), src->get(), bytes, 4, stream->get()).ok());
-  auto mismatches = detail::count_mismatches_on_device(dst->get(), bytes, seed, stream->get());
+  ASSERT_TRUE(detail::launch_fill_pattern(src->data(), bytes, seed, stream->get()).ok());
+  ASSERT_EQ(cudaMemsetAsync(dst->data(), 0, bytes, stream->get()), cudaSuccess);
+  ASSERT_TRUE(detail::launch_sm_copy(dst->data(), src->data(), bytes, 4, stream->get()).ok());
+  auto mismatches = detail::count_mismatches_on_device(dst->data(), bytes, seed, stream->get());
   ASSERT_TRUE(mismatches.ok());
   EXPECT_EQ(*mismatches, 0u);
 }

@@ -10,6 +10,7 @@
 #include "bench/pcie_device.hpp"
 #include "bench/stream_read.hpp"
 #include "common/test_support.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 #if GPUOPT_CUDA
 #include <cuda_runtime.h>
@@ -24,12 +25,12 @@ TEST(StreamReadGpu, EveryWordIsReadAtAnyOccupancy) {
   // 4 MB + 3 words: a partial last round of the unrolled loop.
   const std::size_t words = (std::size_t{4} << 20) / 16 + 3;
   // Freed on every exit, a failed ASSERT included.
-  auto data_memory = pcie::detail::allocate_device(words * 16);
+  auto data_memory = runtime::DeviceBuffer::allocate(words * 16);
   ASSERT_TRUE(data_memory.ok()) << data_memory.status().to_string();
-  auto sink_memory = pcie::detail::allocate_device(sizeof(unsigned));
+  auto sink_memory = runtime::DeviceBuffer::allocate(sizeof(unsigned));
   ASSERT_TRUE(sink_memory.ok()) << sink_memory.status().to_string();
-  void* const data = data_memory->get();
-  unsigned* const sink = static_cast<unsigned*>(sink_memory->get());
+  void* const data = data_memory->data();
+  unsigned* const sink = static_cast<unsigned*>(sink_memory->data());
   const std::uint32_t marker[4] = {kStreamReadMarker, 0, 0, 0};
   for (const int warps_per_sm : {0, 16, 8}) {
     for (const std::size_t word : {std::size_t{0}, words / 2 + 1, words - 1}) {

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "common/test_support.hpp"
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/data/loader.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 #include "gpuopt/runtime/stream.hpp"
 
 namespace gpuopt::data {
@@ -64,10 +66,16 @@ void run_and_check(std::uint64_t seed, unsigned long long consumer_ns, bool adap
   std::size_t batch_bytes = options.batch_size * source.sample_bytes;
   // Several output buffers so the checks of batch i overlap the consumption of batch i+1.
   constexpr int kRing = 3;
+  runtime::DeviceBuffer out_memory[kRing];
   unsigned long long* out[kRing];
   std::vector<std::vector<unsigned long long>> host(
       kRing, std::vector<unsigned long long>(batch_bytes / 8));
-  for (auto& buffer : out) ASSERT_EQ(cudaMalloc(&buffer, batch_bytes), cudaSuccess);
+  for (int r = 0; r < kRing; ++r) {
+    auto buffer = runtime::DeviceBuffer::allocate(batch_bytes);
+    ASSERT_TRUE(buffer.ok()) << buffer.status().to_string();
+    out_memory[r] = std::move(buffer).value();
+    out[r] = out_memory[r].data_as<unsigned long long>();
+  }
   struct Pending {
     std::vector<std::size_t> indices;
     int ring = 0;
@@ -120,7 +128,6 @@ void run_and_check(std::uint64_t seed, unsigned long long consumer_ns, bool adap
   EXPECT_GT(stats.h2d_bytes, 0u);
   EXPECT_TRUE(stats.h2d_gbps.has_value());
   EXPECT_EQ(stats.skipped_samples, corrupt.size() * 2);  // two epochs
-  for (auto* buffer : out) cudaFree(buffer);
 }
 
 TEST(LoaderGpu, DeviceBatchesHoldExactlyTheirSamples) {

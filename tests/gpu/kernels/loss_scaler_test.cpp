@@ -15,6 +15,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/test_support.hpp"
@@ -24,6 +25,7 @@
 #include <cupti.h>
 
 #include "gpuopt/core/dynamic_library.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 namespace gpuopt::kernels {
 namespace {
@@ -33,14 +35,10 @@ constexpr std::size_t kGuardBytes = 48;
 
 // Many tensors in one arena, each at a random element misalignment with poisoned guard bytes
 // between them, so a write outside a tensor shows in the byte comparison.
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-
 struct Arena {
   std::vector<std::uint8_t> host;  // the CPU twin works on this copy
-  std::unique_ptr<void, DeviceFree> device_memory;
-  void* device = nullptr;
+  runtime::DeviceBuffer device_memory;
+  void* device = nullptr;              // device_memory.data()
   std::vector<std::size_t> offsets;    // bytes from the arena start
   std::vector<GradientTensor> layout;  // counts and dtypes; data unset
 
@@ -100,8 +98,10 @@ Arena make_arena(const std::vector<std::size_t>& counts, const std::vector<Gradi
   for (const GradientTensor& tensor : tensors) {
     fill_random_finite(static_cast<std::uint8_t*>(tensor.data), tensor, random);
   }
-  EXPECT_EQ(cudaMalloc(&arena.device, cursor), cudaSuccess);
-  arena.device_memory.reset(arena.device);
+  auto device = runtime::DeviceBuffer::allocate(cursor);
+  EXPECT_TRUE(device.ok()) << device.status().to_string();
+  if (device.ok()) arena.device_memory = std::move(device).value();
+  arena.device = arena.device_memory.data();
   EXPECT_EQ(cudaMemcpy(arena.device, arena.host.data(), cursor, cudaMemcpyHostToDevice),
             cudaSuccess);
   return arena;
@@ -385,10 +385,14 @@ TEST(LossScalerGpu, SgdStepSkipsOnOverflowAndMatchesTwinOtherwise) {
   }
   std::vector<std::vector<float>> params(counts.size());
   std::vector<float*> device_params(counts.size());
+  std::vector<runtime::DeviceBuffer> owned_params(counts.size());
   for (std::size_t t = 0; t < counts.size(); ++t) {
     params[t].resize(counts[t]);
     for (float& p : params[t]) p = static_cast<float>(random() % 100000) / 977.0f - 50.0f;
-    ASSERT_EQ(cudaMalloc(&device_params[t], counts[t] * sizeof(float)), cudaSuccess);
+    auto buffer = runtime::DeviceBuffer::allocate(counts[t] * sizeof(float));
+    ASSERT_TRUE(buffer.ok()) << buffer.status().to_string();
+    owned_params[t] = std::move(buffer).value();
+    device_params[t] = owned_params[t].data_as<float>();
   }
   LossScalerOptions options;
   options.init_scale = 1024.0f;
@@ -435,7 +439,6 @@ TEST(LossScalerGpu, SgdStepSkipsOnOverflowAndMatchesTwinOtherwise) {
       }
     }
   }
-  for (float* p : device_params) cudaFree(p);
 }
 
 TEST(LossScalerGpu, RejectsHostAndMisalignedBuffers) {
@@ -445,13 +448,12 @@ TEST(LossScalerGpu, RejectsHostAndMisalignedBuffers) {
   auto a = LossScaler::create({&on_host, 1});
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("gradient tensor 0"), std::string::npos);
-  void* device = nullptr;
-  ASSERT_EQ(cudaMalloc(&device, 64), cudaSuccess);
-  GradientTensor misaligned{static_cast<char*>(device) + 2, 4, GradientDtype::kFloat32};
+  auto device = runtime::DeviceBuffer::allocate(64);
+  ASSERT_TRUE(device.ok()) << device.status().to_string();
+  GradientTensor misaligned{device->data_as<char>() + 2, 4, GradientDtype::kFloat32};
   auto b = LossScaler::create({&misaligned, 1});
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
-  cudaFree(device);
 }
 
 // ---- host synchronisations, counted with CUPTI's callback API ----
@@ -543,8 +545,12 @@ TEST(LossScalerGpu, HundredStepsMakeNoHostSynchronisation) {
                                        GradientDtype::kFloat32, GradientDtype::kFloat16};
   Arena arena = make_arena(counts, dtypes, random);
   std::vector<float*> params(counts.size());
+  std::vector<runtime::DeviceBuffer> owned_params(counts.size());
   for (std::size_t t = 0; t < counts.size(); ++t) {
-    ASSERT_EQ(cudaMalloc(&params[t], counts[t] * sizeof(float)), cudaSuccess);
+    auto buffer = runtime::DeviceBuffer::allocate(counts[t] * sizeof(float));
+    ASSERT_TRUE(buffer.ok()) << buffer.status().to_string();
+    owned_params[t] = std::move(buffer).value();
+    params[t] = owned_params[t].data_as<float>();
   }
   LossScalerOptions options;
   options.hysteresis = 3;
@@ -624,7 +630,6 @@ TEST(LossScalerGpu, HundredStepsMakeNoHostSynchronisation) {
   EXPECT_EQ(statistics->history[49].found_inf, 0);
   EXPECT_EQ(statistics->history[50].found_inf, 1);
   cudaStreamDestroy(stream);
-  for (float* p : params) cudaFree(p);
 }
 
 }  // namespace

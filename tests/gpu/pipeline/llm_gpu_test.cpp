@@ -9,24 +9,30 @@
 #include <iostream>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/test_support.hpp"
 #include "gpuopt/pipeline/llm.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 namespace gpuopt::pipeline {
 namespace {
 
+// A typed runtime::DeviceBuffer with checked synchronous upload, download and poisoning.
 template <typename T>
-struct DeviceBuffer {
+struct TestBuffer {
+  runtime::DeviceBuffer owned;
   T* data = nullptr;
   std::size_t count = 0;
-  explicit DeviceBuffer(std::size_t n) : count(n) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)), cudaSuccess);
-    data = static_cast<T*>(p);
+  explicit TestBuffer(std::size_t n) : count(n) {
+    auto buffer = runtime::DeviceBuffer::allocate(std::max<std::size_t>(n, 1) * sizeof(T));
+    EXPECT_TRUE(buffer.ok()) << buffer.status().to_string();
+    if (buffer.ok()) {
+      owned = std::move(buffer).value();
+      data = owned.data_as<T>();
+    }
   }
-  ~DeviceBuffer() { cudaFree(data); }
   void upload(const std::vector<T>& host) {
     ASSERT_EQ(cudaMemcpy(data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
               cudaSuccess);
@@ -49,11 +55,11 @@ struct Outputs {
 Outputs run(LlmDecoder& decoder, const std::vector<std::int32_t>& prompts, int batch,
             int prompt_len, int new_tokens, bool want_logits, cudaStream_t stream) {
   const LlmConfig& c = decoder.config();
-  DeviceBuffer<std::int32_t> d_prompts(prompts.size());
-  DeviceBuffer<std::int32_t> d_tokens(static_cast<std::size_t>(batch) * new_tokens);
-  DeviceBuffer<float> d_embeddings(static_cast<std::size_t>(batch) * c.embed_dim);
-  DeviceBuffer<float> d_logits(want_logits ? static_cast<std::size_t>(batch) * new_tokens * c.vocab
-                                           : 0);
+  TestBuffer<std::int32_t> d_prompts(prompts.size());
+  TestBuffer<std::int32_t> d_tokens(static_cast<std::size_t>(batch) * new_tokens);
+  TestBuffer<float> d_embeddings(static_cast<std::size_t>(batch) * c.embed_dim);
+  TestBuffer<float> d_logits(want_logits ? static_cast<std::size_t>(batch) * new_tokens * c.vocab
+                                         : 0);
   d_prompts.upload(prompts);
   d_tokens.poison();
   d_embeddings.poison();
@@ -185,8 +191,8 @@ TEST_F(LlmGpu, RefusesBadRequests) {
   auto decoder = LlmDecoder::create(tiny_llm());
   ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
   const LlmConfig& c = (*decoder)->config();
-  DeviceBuffer<std::int32_t> buffer(1024);
-  DeviceBuffer<float> embeddings(1024);
+  TestBuffer<std::int32_t> buffer(1024);
+  TestBuffer<float> embeddings(1024);
   auto code = [&](int batch, int prompt_len, int new_tokens) {
     return (*decoder)
         ->generate(buffer.data, batch, prompt_len, new_tokens, buffer.data + 512, embeddings.data,
@@ -233,9 +239,9 @@ TEST_F(LlmGpu, OneBillionShapedRunsAndReportsItsTime) {
   cudaEvent_t start, stop;
   ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
   ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
-  DeviceBuffer<std::int32_t> d_prompts(prompts.size());
-  DeviceBuffer<std::int32_t> d_tokens(static_cast<std::size_t>(batch) * new_tokens);
-  DeviceBuffer<float> d_embeddings(static_cast<std::size_t>(batch) * c.embed_dim);
+  TestBuffer<std::int32_t> d_prompts(prompts.size());
+  TestBuffer<std::int32_t> d_tokens(static_cast<std::size_t>(batch) * new_tokens);
+  TestBuffer<float> d_embeddings(static_cast<std::size_t>(batch) * c.embed_dim);
   d_prompts.upload(prompts);
   ASSERT_EQ(cudaEventRecord(start, stream_), cudaSuccess);
   ASSERT_TRUE((*decoder)

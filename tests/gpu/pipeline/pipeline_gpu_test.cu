@@ -10,16 +10,25 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <utility>
 
 #include "common/test_support.hpp"
 #include "gpuopt/pipeline/convnet.hpp"
 #include "gpuopt/pipeline/llm.hpp"
 #include "gpuopt/pipeline/pipeline.hpp"
 #include "gpuopt/pipeline/preprocess.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 #include "gpuopt/runtime/stream.hpp"
 
 namespace gpuopt::pipeline {
 namespace {
+
+// Device memory for one check, freed on every way out of it (a failed ASSERT included).
+runtime::DeviceBuffer device_bytes(std::size_t bytes) {
+  auto buffer = runtime::DeviceBuffer::allocate(bytes);
+  EXPECT_TRUE(buffer.ok()) << buffer.status().to_string();
+  return buffer.ok() ? std::move(buffer).value() : runtime::DeviceBuffer();
+}
 
 // fp16 values travel as their bit patterns: std::vector<__half> does not value-initialise in C++20.
 std::uint16_t to_bits(float value) {
@@ -56,11 +65,12 @@ TEST(PreprocessGpu, MatchesCpuTwinOnRandomFrames) {
     params.output_size = s;
     std::vector<std::uint8_t> rgb(static_cast<std::size_t>(w) * h * 3);
     for (auto& v : rgb) v = static_cast<std::uint8_t>(generator());
-    std::uint8_t* rgb_device = nullptr;
-    std::uint16_t* out_device = nullptr;
     const std::size_t out_count = 3ull * s * s;
-    ASSERT_EQ(cudaMalloc(&rgb_device, rgb.size()), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&out_device, out_count * 2), cudaSuccess);
+    runtime::DeviceBuffer rgb_memory = device_bytes(rgb.size());
+    runtime::DeviceBuffer out_memory = device_bytes(out_count * 2);
+    ASSERT_FALSE(rgb_memory.empty() || out_memory.empty());
+    auto* rgb_device = rgb_memory.data_as<std::uint8_t>();
+    auto* out_device = out_memory.data_as<std::uint16_t>();
     ASSERT_EQ(cudaMemset(out_device, 0xFF, out_count * 2), cudaSuccess);  // NaN poison
     ASSERT_EQ(cudaMemcpy(rgb_device, rgb.data(), rgb.size(), cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_TRUE(preprocess(rgb_device, out_device, params, stream->handle()).ok());
@@ -75,8 +85,6 @@ TEST(PreprocessGpu, MatchesCpuTwinOnRandomFrames) {
           std::max(worst, std::fabs(gpu[i] - cpu[i]) / std::max(1.0, std::fabs(double(cpu[i]))));
     }
     EXPECT_LT(worst, 1.5e-3) << w << "x" << h << " -> " << s;
-    cudaFree(rgb_device);
-    cudaFree(out_device);
   }
 }
 
@@ -93,8 +101,9 @@ void check_layer(const ConvLayerSpec& layer, TensorShape shape, std::uint64_t se
     input_half[i] = to_bits(value(generator));
     input[i] = from_bits(input_half[i]);  // the reference sees exactly what the GPU sees
   }
-  std::uint16_t* input_device = nullptr;
-  ASSERT_EQ(cudaMalloc(&input_device, input.size() * 2), cudaSuccess);
+  runtime::DeviceBuffer input_memory = device_bytes(input.size() * 2);
+  ASSERT_FALSE(input_memory.empty());
+  auto* input_device = input_memory.data_as<std::uint16_t>();
   ASSERT_EQ(cudaMemcpy(input_device, input_half.data(), input.size() * 2, cudaMemcpyHostToDevice),
             cudaSuccess);
   auto output = (*net)->run(input_device, stream->handle());
@@ -141,8 +150,9 @@ TEST(ConvNetGpu, FullNetworksRunAndStayFinite) {
     std::mt19937 generator(5);
     std::uniform_real_distribution<float> value(-2.0f, 2.0f);
     for (auto& v : input) v = to_bits(value(generator));
-    std::uint16_t* input_device = nullptr;
-    ASSERT_EQ(cudaMalloc(&input_device, input.size() * 2), cudaSuccess);
+    runtime::DeviceBuffer input_memory = device_bytes(input.size() * 2);
+    ASSERT_FALSE(input_memory.empty());
+    auto* input_device = input_memory.data_as<std::uint16_t>();
     ASSERT_EQ(cudaMemcpy(input_device, input.data(), input.size() * 2, cudaMemcpyHostToDevice),
               cudaSuccess);
     auto output = (*net)->run(input_device, stream->handle());
@@ -155,7 +165,6 @@ TEST(ConvNetGpu, FullNetworksRunAndStayFinite) {
       nonzero += v != 0.0f;
     }
     EXPECT_GT(nonzero, out.size() / 10);  // activations neither died nor exploded
-    cudaFree(input_device);
   }
 }
 

@@ -5,12 +5,14 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "common/test_support.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 #include "gpuopt/runtime/stream.hpp"
 #include "gpuopt/runtime/work_kernels.hpp"
 
@@ -32,12 +34,14 @@ class GraphTest : public ::testing::Test {
     auto stream = Stream::create(*device);
     ASSERT_TRUE(stream.ok());
     stream_ = std::move(*stream);
-    for (float** buffer : {&x_, &y_, &z_}) {
-      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(buffer), kN * sizeof(float)), cudaSuccess);
+    for (std::size_t i = 0; i < buffers_.size(); ++i) {
+      auto buffer = DeviceBuffer::allocate(kN * sizeof(float));
+      ASSERT_TRUE(buffer.ok()) << buffer.status().to_string();
+      buffers_[i] = std::move(buffer).value();
     }
-  }
-  void TearDown() override {
-    for (float* buffer : {x_, y_, z_}) cudaFree(buffer);
+    x_ = buffers_[0].data_as<float>();
+    y_ = buffers_[1].data_as<float>();
+    z_ = buffers_[2].data_as<float>();
   }
 
   // Fresh random input on the device; returns it.
@@ -78,6 +82,7 @@ class GraphTest : public ::testing::Test {
 
   std::mt19937 rng_{std::random_device{}()};
   Stream stream_;
+  std::array<DeviceBuffer, 3> buffers_;  // x_, y_, z_
   float* x_ = nullptr;
   float* y_ = nullptr;
   float* z_ = nullptr;

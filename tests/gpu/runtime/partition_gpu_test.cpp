@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/test_support.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 #include "gpuopt/runtime/partition.hpp"
 #include "gpuopt/runtime/stream.hpp"
 #include "gpuopt/runtime/work_kernels.hpp"
@@ -35,9 +36,9 @@ TEST(PartitionGpu, CriticalAndBackgroundPartitions) {
   EXPECT_EQ(StreamPool::create(*device).status().code(), StatusCode::kFailedPrecondition);
 
   // Work in both partitions completes, and an event from one orders work in the other.
-  unsigned long long* counter = nullptr;
-  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof(unsigned long long)),
-            cudaSuccess);
+  auto counter_memory = DeviceBuffer::allocate(sizeof(unsigned long long));
+  ASSERT_TRUE(counter_memory.ok()) << counter_memory.status().to_string();
+  auto* counter = counter_memory->data_as<unsigned long long>();
   auto bg = static_cast<cudaStream_t>(background->stream(0));
   auto crit = static_cast<cudaStream_t>(critical->stream(0));
   ASSERT_EQ(cudaMemsetAsync(counter, 0, sizeof(unsigned long long), bg), cudaSuccess);
@@ -53,7 +54,7 @@ TEST(PartitionGpu, CriticalAndBackgroundPartitions) {
             cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(crit), cudaSuccess);
   EXPECT_EQ(host, static_cast<unsigned long long>(blocks + 16));
-  cudaFree(counter);
+  counter_memory->reset();
   plan->reset();  // ends the plan: its streams and green contexts go
   auto stream = Stream::create(*device);
   EXPECT_TRUE(stream.ok()) << "streams may be made again once the plan is gone";
@@ -86,14 +87,16 @@ TEST(PartitionGpu, StreamsReportTheirWorkloadsSms) {
 
 TEST(PartitionGpu, DisabledGreenContextsFallBack) {
   GPUOPT_REQUIRE_GPU();
-  setenv("GPUOPT_DISABLE_GREEN_CONTEXTS", "1", 1);
   auto device = Device::open(0);
-  auto plan = PartitionPlan::create(*device, {{"critical", 8, Priority::kCritical, 1},
-                                              {"background", 0, Priority::kBackground, 1}});
-  unsetenv("GPUOPT_DISABLE_GREEN_CONTEXTS");
+  PartitionOptions options;
+  options.use_green_contexts = false;
+  auto plan = PartitionPlan::create(
+      *device,
+      {{"critical", 8, Priority::kCritical, 1}, {"background", 0, Priority::kBackground, 1}},
+      options);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   EXPECT_FALSE((*plan)->isolated());
-  EXPECT_NE((*plan)->fallback_reason().find("GPUOPT_DISABLE_GREEN_CONTEXTS"), std::string::npos);
+  EXPECT_NE((*plan)->fallback_reason().find("use_green_contexts"), std::string::npos);
   int priority = 1;
   auto critical = *(*plan)->workload("critical");
   ASSERT_EQ(cudaStreamGetPriority(static_cast<cudaStream_t>(critical->stream(0)), &priority),

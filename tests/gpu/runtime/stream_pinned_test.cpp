@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/test_support.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 #include "gpuopt/runtime/pinned_pool.hpp"
 #include "gpuopt/runtime/stream.hpp"
 #include "gpuopt/runtime/work_kernels.hpp"
@@ -46,11 +47,11 @@ TEST(RuntimeStream, WaitOrdersWorkAcrossStreams) {
   auto consumer = Stream::create(*device);
   auto done = Event::create();
   ASSERT_TRUE(producer.ok() && consumer.ok() && done.ok());
-  int* flag = nullptr;
-  unsigned long long* counter = nullptr;
-  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&flag), sizeof(int)), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof(unsigned long long)),
-            cudaSuccess);
+  auto flag_memory = DeviceBuffer::allocate(sizeof(int));
+  auto counter_memory = DeviceBuffer::allocate(sizeof(unsigned long long));
+  ASSERT_TRUE(flag_memory.ok() && counter_memory.ok());
+  int* flag = flag_memory->data_as<int>();
+  auto* counter = counter_memory->data_as<unsigned long long>();
   ASSERT_EQ(cudaMemsetAsync(flag, 0, sizeof(int), raw(*producer)), cudaSuccess);
   ASSERT_EQ(cudaMemsetAsync(counter, 0, sizeof(unsigned long long), raw(*producer)), cudaSuccess);
   std::mt19937 rng(std::random_device{}());
@@ -79,8 +80,6 @@ TEST(RuntimeStream, WaitOrdersWorkAcrossStreams) {
   auto finished = done->query();
   ASSERT_TRUE(finished.ok());
   EXPECT_TRUE(*finished);
-  cudaFree(flag);
-  cudaFree(counter);
   cudaFreeHost(staged);
 }
 
@@ -116,8 +115,9 @@ TEST(RuntimePinnedPool, BlockIsNotReusedBeforeItsCopyRan) {
   std::vector<unsigned char> expected(kBytes);
   for (auto& byte : expected) byte = static_cast<unsigned char>(rng());
 
-  unsigned char* device_buffer = nullptr;
-  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device_buffer), kBytes), cudaSuccess);
+  auto device_memory = DeviceBuffer::allocate(kBytes);
+  ASSERT_TRUE(device_memory.ok()) << device_memory.status().to_string();
+  auto* device_buffer = device_memory->data_as<unsigned char>();
   ASSERT_EQ(cudaMemsetAsync(device_buffer, 0x5a, kBytes, raw(*stream)), cudaSuccess);
   auto block = (*pool)->acquire(kBytes, stream->handle());
   ASSERT_TRUE(block.ok()) << block.status().to_string();
@@ -143,7 +143,6 @@ TEST(RuntimePinnedPool, BlockIsNotReusedBeforeItsCopyRan) {
   ASSERT_TRUE(stream->synchronize().ok());
   EXPECT_EQ(std::memcmp(got.data(), expected.data(), kBytes), 0);
   (*pool)->release(std::move(*again), nullptr);
-  cudaFree(device_buffer);
 }
 
 }  // namespace

@@ -33,11 +33,17 @@ TEST(DynamicLibrary, FallsBackToTheNextNameAndPrefersTheFirstSymbol) {
 }
 
 TEST(DynamicLibrary, DisableSwitchSimulatesAbsence) {
-  setenv("GPUOPT_DISABLE_TESTLIB", "1", 1);
+  DynamicLibrary::set_disabled("TESTLIB", true);
+  EXPECT_TRUE(DynamicLibrary::disabled("TESTLIB"));
   auto library = DynamicLibrary::open({"libm.so.6"}, "TESTLIB");
-  unsetenv("GPUOPT_DISABLE_TESTLIB");
+  auto other_tag = DynamicLibrary::open({"libm.so.6"}, "OTHERLIB");
+  DynamicLibrary::set_disabled("TESTLIB", false);
   ASSERT_FALSE(library.ok());
+  EXPECT_EQ(library.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(library.status().message().find("GPUOPT_DISABLE_TESTLIB"), std::string::npos);
+  EXPECT_TRUE(other_tag.ok()) << other_tag.status().to_string();
+  // Switched on again, the same library loads.
+  EXPECT_TRUE(DynamicLibrary::open({"libm.so.6"}, "TESTLIB").ok());
 }
 
 TEST(CheckedCall, MessageNamesApiExpressionAndLocation) {

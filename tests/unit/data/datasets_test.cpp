@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/test_support.hpp"
+#include "gpuopt/core/dynamic_library.hpp"
 #include "gpuopt/data/dataset.hpp"
 
 namespace gpuopt::data {
@@ -114,9 +115,9 @@ TEST_F(RecordFileDataset, BadArguments) {
 }
 
 TEST(GdsProbe, DisabledCufileFallsBackWithAMessage) {
-  ::setenv("GPUOPT_DISABLE_CUFILE", "1", 1);
+  DynamicLibrary::set_disabled("CUFILE", true);
   GdsProbe probe = probe_gds();
-  ::unsetenv("GPUOPT_DISABLE_CUFILE");
+  DynamicLibrary::set_disabled("CUFILE", false);
   EXPECT_FALSE(probe.usable);
   EXPECT_NE(probe.message.find("pread"), std::string::npos);
 }
@@ -171,11 +172,11 @@ TEST_F(RecordFileDataset, CufileRequestedWithoutCufileIsAClearError) {
 TEST_F(RecordFileDataset, DisabledCufileIsNamedInTheFallbackReason) {
   std::string path = (dir_ / "records.bin").string();
   write_random_records(path, 4 * 128);
-  ::setenv("GPUOPT_DISABLE_CUFILE", "1", 1);
+  DynamicLibrary::set_disabled("CUFILE", true);
   GdsProbe probe;
   auto dataset = open_record_file({path, 128, RecordIo::kAuto}, &probe);
   auto insisted = open_record_file({path, 128, RecordIo::kCufile});
-  ::unsetenv("GPUOPT_DISABLE_CUFILE");
+  DynamicLibrary::set_disabled("CUFILE", false);
   ASSERT_TRUE(dataset.ok()) << dataset.status().to_string();
   EXPECT_EQ(probe.io, "pread");
   EXPECT_NE(probe.message.find("GPUOPT_DISABLE_CUFILE"), std::string::npos) << probe.message;

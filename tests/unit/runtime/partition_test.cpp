@@ -137,6 +137,25 @@ TEST(PartitionPlan, NoFallbackWhenRefused) {
   EXPECT_FALSE(partition_plan_active(0));
 }
 
+TEST(PartitionPlan, GreenContextsTurnedOffFallBackOnADriverThatHasThem) {
+  FakeDriver driver;
+  PartitionOptions options;
+  options.use_green_contexts = false;
+  {
+    auto plan = PartitionPlan::create(0, critical_and_background(), driver.backend(), options);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    EXPECT_FALSE((*plan)->isolated());
+    EXPECT_NE((*plan)->fallback_reason().find("use_green_contexts"), std::string::npos);
+    EXPECT_TRUE(driver.group_streams.empty()) << "no green-context stream may be made";
+    EXPECT_EQ(driver.fallback_priorities, (std::vector<int>{-5, 0, 0}));
+    EXPECT_EQ((*(*plan)->workload("critical"))->sm_count(), 132);
+  }
+  options.allow_fallback = false;
+  auto refused = PartitionPlan::create(0, critical_and_background(), driver.backend(), options);
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(partition_plan_active(0));
+}
+
 TEST(PartitionPlan, SplitFailureFallsBack) {
   FakeDriver driver;
   driver.sms = 16;

@@ -1,6 +1,5 @@
 // Timed copy loops of the PCIe bench: spin-held event timing (as nvbandwidth), host-clock timing
 // for pageable memory, single-copy latency, and GPU-side verification.
-#if GPUOPT_CUDA
 #include <fmt/format.h>
 
 #include <atomic>
@@ -15,12 +14,6 @@ namespace {
 // costs seconds, not a hung benchmark.
 constexpr std::uint64_t kSpinTimeoutNs = 10'000'000'000ull;
 }  // namespace
-
-StatusOr<DeviceMemory> allocate_device(std::size_t bytes) {
-  void* p = nullptr;
-  GPUOPT_CUDA_TRY(cudaMalloc(&p, bytes));
-  return DeviceMemory(p);
-}
 
 StatusOr<PinnedMemory> allocate_pinned(std::size_t bytes) {
   void* p = nullptr;
@@ -171,4 +164,3 @@ StatusOr<std::size_t> count_mismatches_on_device(const void* data, std::size_t b
 }
 
 }  // namespace gpuopt::bench::pcie::detail
-#endif  // GPUOPT_CUDA

@@ -1,7 +1,6 @@
 // LossScaler in a build without CUDA: every GPU entry point answers UNIMPLEMENTED.
 #include "gpuopt/kernels/loss_scaler.hpp"
 
-#if !GPUOPT_CUDA
 namespace gpuopt::kernels {
 
 namespace {
@@ -25,4 +24,3 @@ StatusOr<LossScalerStatistics> LossScaler::fetch_statistics(CUstream_st*) const 
 }
 
 }  // namespace gpuopt::kernels
-#endif  // !GPUOPT_CUDA

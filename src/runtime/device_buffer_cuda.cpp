@@ -1,36 +1,11 @@
-// DeviceBuffer over the CUDA runtime's allocators; UNIMPLEMENTED in CPU-only builds.
-#include "gpuopt/runtime/device_buffer.hpp"
-
+// DeviceBuffer over the CUDA runtime's allocators (device_buffer_unavailable.cpp: without CUDA).
+#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include <utility>
-
 #include "gpuopt/core/cuda_check.hpp"
-
-#if GPUOPT_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "gpuopt/runtime/device_buffer.hpp"
 
 namespace gpuopt::runtime {
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      stream_(std::exchange(other.stream_, nullptr)) {}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    reset();
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-    stream_ = std::exchange(other.stream_, nullptr);
-  }
-  return *this;
-}
-
-DeviceBuffer::~DeviceBuffer() { reset(); }
-
-#if GPUOPT_CUDA
 
 namespace {
 Status allocation_status(cudaError_t error, std::size_t bytes, const char* how) {
@@ -41,6 +16,12 @@ Status allocation_status(cudaError_t error, std::size_t bytes, const char* how) 
         fmt::format("{} of {} bytes: the device is out of memory", how, bytes));
   }
   return GPUOPT_CUDA_STATUS(error);
+}
+
+Status check_copy_size(std::size_t bytes, std::size_t capacity, const char* direction) {
+  if (bytes <= capacity) return ok_status();
+  return invalid_argument(
+      fmt::format("copy of {} bytes {} a device buffer of {} bytes", bytes, direction, capacity));
 }
 }  // namespace
 
@@ -68,13 +49,19 @@ Status DeviceBuffer::zero(StreamHandle stream) const {
   return ok_status();
 }
 
-Status DeviceBuffer::copy_from_host(const void* host, std::size_t bytes, StreamHandle stream) const {
-  if (bytes > bytes_) {
-    return invalid_argument(
-        fmt::format("copy of {} bytes into a device buffer of {} bytes", bytes, bytes_));
-  }
+Status DeviceBuffer::copy_from_host(const void* host, std::size_t bytes,
+                                    StreamHandle stream) const {
+  GPUOPT_RETURN_IF_ERROR(check_copy_size(bytes, bytes_, "into"));
   if (bytes == 0) return ok_status();
   GPUOPT_CUDA_TRY(cudaMemcpyAsync(data_, host, bytes, cudaMemcpyHostToDevice,
+                                  static_cast<cudaStream_t>(stream)));
+  return ok_status();
+}
+
+Status DeviceBuffer::copy_to_host(void* host, std::size_t bytes, StreamHandle stream) const {
+  GPUOPT_RETURN_IF_ERROR(check_copy_size(bytes, bytes_, "out of"));
+  if (bytes == 0) return ok_status();
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(host, data_, bytes, cudaMemcpyDeviceToHost,
                                   static_cast<cudaStream_t>(stream)));
   return ok_status();
 }
@@ -90,27 +77,5 @@ void DeviceBuffer::reset() {
   bytes_ = 0;
   stream_ = nullptr;
 }
-
-#else  // !GPUOPT_CUDA
-
-StatusOr<DeviceBuffer> DeviceBuffer::allocate(std::size_t) {
-  return unimplemented("DeviceBuffer::allocate: gpuopt was built without CUDA");
-}
-StatusOr<DeviceBuffer> DeviceBuffer::allocate_async(std::size_t, StreamHandle) {
-  return unimplemented("DeviceBuffer::allocate_async: gpuopt was built without CUDA");
-}
-Status DeviceBuffer::zero(StreamHandle) const {
-  return unimplemented("DeviceBuffer::zero: gpuopt was built without CUDA");
-}
-Status DeviceBuffer::copy_from_host(const void*, std::size_t, StreamHandle) const {
-  return unimplemented("DeviceBuffer::copy_from_host: gpuopt was built without CUDA");
-}
-void DeviceBuffer::reset() {
-  data_ = nullptr;
-  bytes_ = 0;
-  stream_ = nullptr;
-}
-
-#endif  // GPUOPT_CUDA
 
 }  // namespace gpuopt::runtime
