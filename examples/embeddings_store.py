@@ -53,7 +53,9 @@ def embed_torch(texts: list[str], vocab: dict[str, int]):
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(len(vocab), 128), torch.nn.Tanh(), torch.nn.Linear(128, DIM))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(len(vocab), 128), torch.nn.Tanh(), torch.nn.Linear(128, DIM)
+    )
     model = model.to(device).eval()
     with torch.no_grad():
         return model(torch.from_numpy(bag_of_words(texts, vocab)).to(device)).contiguous()
@@ -74,7 +76,9 @@ def main() -> None:
             ids = docs.add(embed(texts, vocab), metadata=metadata)
             print(f"added {len(ids)} documents; the collection holds {docs.count}")
             question = ["which sms does a stream get"]
-            where = {"$and": [{"topic": {"$in": ["runtime", "hardware"]}}, {"year": {"$gte": 2023}}]}
+            where = {
+                "$and": [{"topic": {"$in": ["runtime", "hardware"]}}, {"year": {"$gte": 2023}}]
+            }
             hit_ids, distances = docs.query(embed(question, vocab), k=3, where=where)
             print(f"query {question[0]!r} where {where}:")
             for doc_id, distance in zip(hit_ids[0].tolist(), distances[0].tolist()):

@@ -12,7 +12,6 @@ import argparse
 import json
 import struct
 import tempfile
-import time
 
 import numpy as np
 
@@ -30,13 +29,19 @@ def write_synthetic(directory: str, k: int = 4096, n: int = 4096, group_size: in
         qweight |= q[i::8] << (4 * i)
         qzeros |= (zeros[:, i::8] - 1) << (4 * i)
     scales = (rng.uniform(0.5, 2.0, size=(k // group_size, n)) / 64).astype(np.float16)
-    tensors = {"synthetic.proj.qweight": ("I32", qweight.view(np.int32)),
-               "synthetic.proj.qzeros": ("I32", qzeros.view(np.int32)),
-               "synthetic.proj.scales": ("F16", scales)}
+    tensors = {
+        "synthetic.proj.qweight": ("I32", qweight.view(np.int32)),
+        "synthetic.proj.qzeros": ("I32", qzeros.view(np.int32)),
+        "synthetic.proj.scales": ("F16", scales),
+    }
     header, blobs, offset = {}, [], 0
     for name, (dtype, array) in tensors.items():
         data = array.tobytes()
-        header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": dtype,
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         blobs.append(data)
         offset += len(data)
     text = json.dumps(header).encode()
@@ -81,7 +86,9 @@ def main() -> None:
         linear(x)
     end.record()
     end.synchronize()
-    print(f"{start.elapsed_time(end) * 10:.1f} us per call (100 calls back to back, wall on the stream)")
+    print(
+        f"{start.elapsed_time(end) * 10:.1f} us per call (100 back to back, events on the stream)"
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from . import errors
 from ._doctor import doctor
-from ._native import load_error as _load_error
 from ._native import native as _native_module
 from .errors import (
     AbortedError,

@@ -41,7 +41,9 @@ def host_matrix(value: Any, what: str, columns: int | None = None) -> np.ndarray
     if array.dtype.kind not in "fiu":
         raise InvalidArgumentError(f"{what}: dtype {array.dtype} is not a real number type")
     if array.ndim != 2:
-        raise InvalidArgumentError(f"{what}: expected a 2-D [rows, dim] array, got shape {array.shape}")
+        raise InvalidArgumentError(
+            f"{what}: expected a 2-D [rows, dim] array, got shape {array.shape}"
+        )
     if columns is not None and array.shape[1] != columns:
         raise InvalidArgumentError(
             f"{what}: shape {tuple(array.shape)} has dimension {array.shape[1]}, expected {columns}"

@@ -11,7 +11,7 @@ __all__ = ["cli_path", "main"]
 
 
 def cli_path() -> str:
-    """Absolute path of the bundled `gpuopt` executable; NotFoundError when this install has none."""
+    """Absolute path of the bundled `gpuopt` executable; NotFoundError when there is none."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "gpuopt")
     if not os.access(path, os.X_OK):
         raise NotFoundError(f"the gpuopt CLI is not part of this installation (looked for {path})")

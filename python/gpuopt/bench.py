@@ -18,8 +18,14 @@ __all__ = ["SUITES", "run"]
 #: The suites `gpuopt bench` knows.
 SUITES = ("pcie", "streams", "loader", "scaler", "gemm", "vector")
 # The flag each suite's command selects testcases with (scaler has one testcase).
-_ONLY_FLAG = {"pcie": "--testcase", "loader": "--testcase", "vector": "--testcase",
-              "gemm": "--only", "streams": "--only", "scaler": None}
+_ONLY_FLAG = {
+    "pcie": "--testcase",
+    "loader": "--testcase",
+    "vector": "--testcase",
+    "gemm": "--only",
+    "streams": "--only",
+    "scaler": None,
+}
 
 
 def run(
@@ -59,10 +65,13 @@ def run(
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        raise DeadlineExceededError(f"gpuopt bench {suite} ran past {timeout} s and was stopped") from None
+        raise DeadlineExceededError(
+            f"gpuopt bench {suite} ran past {timeout} s and was stopped"
+        ) from None
     try:
         return json.loads(done.stdout)
     except json.JSONDecodeError:
         raise Error(
-            f"gpuopt bench {suite} exited {done.returncode} without JSON: {done.stderr.strip()[-2000:]}"
+            f"gpuopt bench {suite} exited {done.returncode} without JSON: "
+            f"{done.stderr.strip()[-2000:]}"
         ) from None

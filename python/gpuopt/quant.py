@@ -27,7 +27,7 @@ import numpy as np
 from . import _native
 from .errors import InvalidArgumentError, NotFoundError
 
-__all__ = ["QuantizedLayer", "load_layer", "W4A16Linear", "w4a16_gemm"]
+__all__ = ["QuantizedLayer", "load_layer", "W4A16Linear", "w4a16_gemm"]  # noqa: F822 (__getattr__)
 
 _CONFIG_FILES = ("quantize_config.json", "quant_config.json", "config.json")
 
@@ -47,14 +47,23 @@ class QuantizedLayer:
     perm: np.ndarray  # int32 [K] act-order permutation, empty = identity
 
     def reference(self, x: Any) -> np.ndarray:
-        """The GEMM's CPU twin: x [M, K] (any real numbers, rounded to `dtype`) -> float32 [M, N]."""
+        """The GEMM's CPU twin: x [M, K] (real numbers, rounded to `dtype`) -> float32 [M, N]."""
         array = np.asarray(x, dtype=np.float32)
         if array.ndim != 2 or array.shape[1] != self.k:
             raise InvalidArgumentError(f"x: expected [M, {self.k}], got shape {array.shape}")
         bits = _to_bits(np.ascontiguousarray(array), self.dtype).reshape(-1)
         y = _native.require().quant_reference(
-            self.k, self.n, self.group_size, self.dtype, self.has_zeros, self.tiles, self.scales,
-            self.zeros, self.perm, bits, array.shape[0],
+            self.k,
+            self.n,
+            self.group_size,
+            self.dtype,
+            self.has_zeros,
+            self.tiles,
+            self.scales,
+            self.zeros,
+            self.perm,
+            bits,
+            array.shape[0],
         )
         return y.reshape(array.shape[0], self.n)
 
@@ -89,7 +98,9 @@ def _shard_for(directory: str, layer: str) -> str:
     single = os.path.join(directory, "model.safetensors")
     if os.path.isfile(single):
         return single
-    raise NotFoundError(f"{directory} has neither model.safetensors.index.json nor model.safetensors")
+    raise NotFoundError(
+        f"{directory} has neither model.safetensors.index.json nor model.safetensors"
+    )
 
 
 def load_layer(
@@ -144,27 +155,61 @@ def _dtype_name(tensor: Any) -> str:
 
     names = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
     if tensor.dtype not in names:
-        raise InvalidArgumentError(f"x: dtype {tensor.dtype}; expected torch.float16 or torch.bfloat16")
+        raise InvalidArgumentError(
+            f"x: dtype {tensor.dtype}; expected torch.float16 or torch.bfloat16"
+        )
     return names[tensor.dtype]
 
 
-def _plan(x: Any, y: Any, tiles: Any, scales: Any, zeros: Any, perm: Any, k: int, n: int, group_size: int,
-          has_zeros: bool) -> Any:
+def _plan(
+    x: Any,
+    y: Any,
+    tiles: Any,
+    scales: Any,
+    zeros: Any,
+    perm: Any,
+    k: int,
+    n: int,
+    group_size: int,
+    has_zeros: bool,
+) -> Any:
     import torch
 
     dtype = _dtype_name(x)
-    key = (x.device.index or 0, x.shape[0], dtype, k, n, group_size, has_zeros, tiles.data_ptr(),
-           scales.data_ptr(), zeros.data_ptr(), perm.data_ptr())
+    key = (
+        x.device.index or 0,
+        x.shape[0],
+        dtype,
+        k,
+        n,
+        group_size,
+        has_zeros,
+        tiles.data_ptr(),
+        scales.data_ptr(),
+        zeros.data_ptr(),
+        perm.data_ptr(),
+    )
     entry = _plans.get(key)
     if entry is None:
         native = _native.require()
         plan = native.W4A16Plan(
-            x.shape[0], k, n, group_size, dtype, has_zeros, tiles.data_ptr(), scales.data_ptr(),
-            zeros.data_ptr() if has_zeros else 0, perm.data_ptr() if perm.numel() else 0,
+            x.shape[0],
+            k,
+            n,
+            group_size,
+            dtype,
+            has_zeros,
+            tiles.data_ptr(),
+            scales.data_ptr(),
+            zeros.data_ptr() if has_zeros else 0,
+            perm.data_ptr() if perm.numel() else 0,
         )
         stream = torch.cuda.current_stream(x.device).cuda_stream
-        workspace = torch.empty(max(1, plan.workspace_size(x.data_ptr(), y.data_ptr())), dtype=torch.uint8,
-                                device=x.device)
+        workspace = torch.empty(
+            max(1, plan.workspace_size(x.data_ptr(), y.data_ptr())),
+            dtype=torch.uint8,
+            device=x.device,
+        )
         plan.initialize(x.data_ptr(), y.data_ptr(), workspace.data_ptr(), stream)
         entry = _plans[key] = (plan, workspace)
     return entry[0]
@@ -179,8 +224,17 @@ def _register_op() -> None:
         import torch
 
         @torch.library.custom_op("gpuopt::w4a16_gemm", mutates_args=())
-        def w4a16_gemm_op(x: torch.Tensor, tiles: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
-                          perm: torch.Tensor, k: int, n: int, group_size: int, has_zeros: bool) -> torch.Tensor:
+        def w4a16_gemm_op(
+            x: torch.Tensor,
+            tiles: torch.Tensor,
+            scales: torch.Tensor,
+            zeros: torch.Tensor,
+            perm: torch.Tensor,
+            k: int,
+            n: int,
+            group_size: int,
+            has_zeros: bool,
+        ) -> torch.Tensor:
             y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
             if x.shape[0] == 0:
                 return y
@@ -200,8 +254,17 @@ def w4a16_gemm(x: Any, layer: Any) -> Any:
     import torch
 
     _register_op()
-    return torch.ops.gpuopt.w4a16_gemm(x, layer.tiles, layer.scales, layer.zeros, layer.perm, layer.in_features,
-                                       layer.out_features, layer.group_size, layer.has_zeros)
+    return torch.ops.gpuopt.w4a16_gemm(
+        x,
+        layer.tiles,
+        layer.scales,
+        layer.zeros,
+        layer.perm,
+        layer.in_features,
+        layer.out_features,
+        layer.group_size,
+        layer.has_zeros,
+    )
 
 
 def _make_linear_class() -> type:
@@ -215,13 +278,18 @@ def _make_linear_class() -> type:
         def __init__(self, layer: QuantizedLayer, bias: Any = None, device: Any = None) -> None:
             super().__init__()
             if not isinstance(layer, QuantizedLayer):
-                raise InvalidArgumentError(f"layer: expected QuantizedLayer, got {type(layer).__name__}")
+                raise InvalidArgumentError(
+                    f"layer: expected QuantizedLayer, got {type(layer).__name__}"
+                )
             self.in_features = layer.k
             self.out_features = layer.n
             self.group_size = layer.group_size
             self.has_zeros = layer.has_zeros
             self.dtype_name = layer.dtype
-            as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+            def as_tensor(array: np.ndarray) -> torch.Tensor:
+                return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+
             self.register_buffer("tiles", as_tensor(layer.tiles.view(np.int32)))
             self.register_buffer("scales", as_tensor(layer.scales.view(np.int16)))
             self.register_buffer("zeros", as_tensor(layer.zeros))
@@ -229,24 +297,37 @@ def _make_linear_class() -> type:
             if bias is not None:
                 bias = torch.as_tensor(bias)
                 if bias.shape != (layer.n,):
-                    raise InvalidArgumentError(f"bias: shape {tuple(bias.shape)}, expected ({layer.n},)")
-                self.register_buffer("bias", bias.to(device=device, dtype=getattr(torch, layer.dtype)))
+                    raise InvalidArgumentError(
+                        f"bias: shape {tuple(bias.shape)}, expected ({layer.n},)"
+                    )
+                self.register_buffer(
+                    "bias", bias.to(device=device, dtype=getattr(torch, layer.dtype))
+                )
             else:
                 self.bias = None
 
         def extra_repr(self) -> str:
-            return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                    f"group_size={self.group_size}, dtype={self.dtype_name}, bias={self.bias is not None}")
+            return (
+                f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"group_size={self.group_size}, dtype={self.dtype_name}, "
+                f"bias={self.bias is not None}"
+            )
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             if not x.is_cuda:
                 raise InvalidArgumentError(f"x: on {x.device}; W4A16Linear runs on CUDA tensors")
             if _dtype_name(x) != self.dtype_name:
-                raise InvalidArgumentError(f"x: dtype {x.dtype}, this layer was loaded for {self.dtype_name}")
+                raise InvalidArgumentError(
+                    f"x: dtype {x.dtype}, this layer was loaded for {self.dtype_name}"
+                )
             if x.shape[-1] != self.in_features:
-                raise InvalidArgumentError(f"x: shape {tuple(x.shape)}, expected [..., {self.in_features}]")
+                raise InvalidArgumentError(
+                    f"x: shape {tuple(x.shape)}, expected [..., {self.in_features}]"
+                )
             if self.tiles.device != x.device:
-                raise InvalidArgumentError(f"x: on {x.device}, the layer's weights on {self.tiles.device}")
+                raise InvalidArgumentError(
+                    f"x: on {x.device}, the layer's weights on {self.tiles.device}"
+                )
             if not x.is_contiguous():
                 raise InvalidArgumentError(f"x: strides {tuple(x.stride())} are not contiguous")
             leading = x.shape[:-1]

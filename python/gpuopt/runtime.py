@@ -107,12 +107,16 @@ class PartitionPlan:
     priority streams (``isolated`` False, ``fallback_reason`` says why) when the driver has no
     green contexts, unless allow_fallback=False. A context manager; close() destroys the streams."""
 
-    def __init__(self, workloads: list[WorkloadSpec], device: int = 0, *, allow_fallback: bool = True) -> None:
+    def __init__(
+        self, workloads: list[WorkloadSpec], device: int = 0, *, allow_fallback: bool = True
+    ) -> None:
         """Validates the specs (unique names, at most one rest, SMs asked <= the device's)."""
         specs = []
         for spec in workloads:
             if not isinstance(spec, WorkloadSpec):
-                raise InvalidArgumentError(f"workloads: expected WorkloadSpec, got {type(spec).__name__}")
+                raise InvalidArgumentError(
+                    f"workloads: expected WorkloadSpec, got {type(spec).__name__}"
+                )
             specs.append((spec.name, spec.min_sms, spec.priority, spec.streams))
         self._native = _native.require().PartitionPlan(device, specs, allow_fallback)
         self._device = device
@@ -134,7 +138,8 @@ class PartitionPlan:
     def workloads(self) -> list[Workload]:
         """Every placed workload."""
         return [
-            Workload(w["name"], w["sm_count"], w["priority"], tuple(w["streams"])) for w in self._native.workloads()
+            Workload(w["name"], w["sm_count"], w["priority"], tuple(w["streams"]))
+            for w in self._native.workloads()
         ]
 
     def workload(self, name: str) -> Workload:
@@ -149,7 +154,9 @@ class PartitionPlan:
         """Stream `index` of workload `name` as a ``torch.cuda.ExternalStream``."""
         streams = self.workload(name).streams
         if not 0 <= index < len(streams):
-            raise InvalidArgumentError(f"workload {name!r} has {len(streams)} streams, not index {index}")
+            raise InvalidArgumentError(
+                f"workload {name!r} has {len(streams)} streams, not index {index}"
+            )
         return _external_stream(streams[index], self._device)
 
     def close(self) -> None:

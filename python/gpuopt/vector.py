@@ -13,7 +13,8 @@ transaction committed), so it survives a killed process. Arrays: numpy (any real
 to float32), lists, torch CPU and CUDA tensors (float32, contiguous; CUDA rows are read on the
 tensor's current torch stream through the store's device-pointer ingest), and other DLPack objects.
 Query results come back in the caller's framework and device. Calls release the GIL; a store's
-calls take turns, so threads may share it safely.
+calls take turns, so threads may share it safely. Large query batches run in chunks, so Ctrl-C
+interrupts them between chunks.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +37,8 @@ METRICS = ("l2", "ip", "cosine")
 INDEXES = ("exact", "ivf")
 
 Metadata = Mapping[str, "str | int | float"]
+# Queries per native call (see Collection.query).
+_QUERY_CHUNK = 2048
 
 
 def _metadata_rows(metadata: Sequence[Metadata] | None, count: int) -> list[str] | None:
@@ -52,17 +55,26 @@ def _metadata_rows(metadata: Sequence[Metadata] | None, count: int) -> list[str]
             rows.append("{}")
             continue
         if not isinstance(entry, Mapping):
-            raise InvalidArgumentError(f"metadata[{row}]: expected a dict, got {type(entry).__name__}")
+            raise InvalidArgumentError(
+                f"metadata[{row}]: expected a dict, got {type(entry).__name__}"
+            )
         for key, value in entry.items():
             if not isinstance(key, str):
                 raise InvalidArgumentError(f"metadata[{row}]: key {key!r} is not a string")
-            if isinstance(value, bool) or not isinstance(value, (str, int, float, np.integer, np.floating)):
+            if isinstance(value, bool) or not isinstance(
+                value, (str, int, float, np.integer, np.floating)
+            ):
                 raise InvalidArgumentError(
-                    f"metadata[{row}].{key}: {type(value).__name__} value; only str, int and float are stored"
+                    f"metadata[{row}].{key}: {type(value).__name__} value; "
+                    "only str, int and float are stored"
                 )
             if isinstance(value, (float, np.floating)) and not math.isfinite(value):
                 raise InvalidArgumentError(f"metadata[{row}].{key}: {value} is not a finite number")
-        rows.append(json.dumps({k: (v.item() if isinstance(v, np.generic) else v) for k, v in entry.items()}))
+        rows.append(
+            json.dumps(
+                {k: (v.item() if isinstance(v, np.generic) else v) for k, v in entry.items()}
+            )
+        )
     return rows
 
 
@@ -102,7 +114,7 @@ class Collection:
 
     @property
     def metric(self) -> str:
-        """"l2", "ip" or "cosine"."""
+        """ "l2", "ip" or "cosine"."""
         return self._native.metric
 
     @property
@@ -139,25 +151,36 @@ class Collection:
         return self._write(vectors, ids, metadata, stream, replace=False)
 
     def upsert(
-        self, vectors: Any, ids: Any, metadata: Sequence[Metadata] | None = None, *, stream: Any = None
+        self,
+        vectors: Any,
+        ids: Any,
+        metadata: Sequence[Metadata] | None = None,
+        *,
+        stream: Any = None,
     ) -> np.ndarray:
         """As add(), but ids that exist are replaced (vector and metadata)."""
         if ids is None:
             raise InvalidArgumentError("upsert: ids are required")
         return self._write(vectors, ids, metadata, stream, replace=True)
 
-    def _write(self, vectors: Any, ids: Any, metadata: Any, stream: Any, replace: bool) -> np.ndarray:
+    def _write(
+        self, vectors: Any, ids: Any, metadata: Any, stream: Any, replace: bool
+    ) -> np.ndarray:
         device_path = not isinstance(vectors, np.ndarray) and (
-            _arrays.is_torch(vectors) or (hasattr(vectors, "__dlpack__") and not isinstance(vectors, (list, tuple)))
+            _arrays.is_torch(vectors)
+            or (hasattr(vectors, "__dlpack__") and not isinstance(vectors, (list, tuple)))
         )
         if device_path:
             shape = tuple(getattr(vectors, "shape", ()))
             if len(shape) != 2:
-                raise InvalidArgumentError(f"vectors: expected a 2-D [rows, dim] tensor, got shape {shape}")
+                raise InvalidArgumentError(
+                    f"vectors: expected a 2-D [rows, dim] tensor, got shape {shape}"
+                )
             rows = int(shape[0])
             if int(shape[1]) != self.dim:
                 raise InvalidArgumentError(
-                    f"vectors: shape {shape} has dimension {shape[1]}, collection {self.name!r} has {self.dim}"
+                    f"vectors: shape {shape} has dimension {shape[1]}, "
+                    f"collection {self.name!r} has {self.dim}"
                 )
         else:
             host = _arrays.host_matrix(vectors, "vectors", self.dim)
@@ -177,14 +200,17 @@ class Collection:
             self._native.add_dlpack(id_array, vectors, handle, rows_json, replace)
         return id_array.astype(np.int64)
 
-    def _add_torch(self, tensor: Any, ids: np.ndarray, rows_json: Any, stream: Any, replace: bool) -> None:
+    def _add_torch(
+        self, tensor: Any, ids: np.ndarray, rows_json: Any, stream: Any, replace: bool
+    ) -> None:
         import torch
 
         if tensor.dtype != torch.float32:
             raise InvalidArgumentError(f"vectors: dtype {tensor.dtype}, expected torch.float32")
         if not tensor.is_contiguous():
             raise InvalidArgumentError(
-                f"vectors: strides {tuple(tensor.stride())} are not compact row-major; call .contiguous()"
+                f"vectors: strides {tuple(tensor.stride())} are not compact row-major; "
+                "call .contiguous()"
             )
         tensor = tensor.detach()
         if tensor.is_cuda:
@@ -228,7 +254,26 @@ class Collection:
             device = queries.device
             queries = queries.detach().to("cpu")
         host = _arrays.host_matrix(queries, "queries", self.dim)
-        ids, distances = self._native.query(host, int(k), index, int(nprobe), int(nlist), _where_text(where), int(threads))
+        where_text = _where_text(where)
+        # Large batches go in chunks: between chunks Python runs its signal handlers, so Ctrl-C
+        # stops a long query within one chunk's time (queries are independent of each other).
+        parts = [
+            self._native.query(
+                host[start : start + _QUERY_CHUNK],
+                int(k),
+                index,
+                int(nprobe),
+                int(nlist),
+                where_text,
+                int(threads),
+            )
+            for start in range(0, max(1, host.shape[0]), _QUERY_CHUNK)
+        ]
+        if len(parts) == 1:
+            ids, distances = parts[0]
+        else:
+            ids = np.concatenate([p[0] for p in parts])
+            distances = np.concatenate([p[1] for p in parts])
         if device is not None:
             import torch
 
@@ -250,7 +295,9 @@ class Collection:
         """One past the largest id below 2**63 (0 when empty): where add(ids=None) starts."""
         return self._native.next_free_id()
 
-    def build_ivf(self, nlist: int = 0, *, iterations: int = 10, seed: int = 1234, threads: int = 0) -> float:
+    def build_ivf(
+        self, nlist: int = 0, *, iterations: int = 10, seed: int = 1234, threads: int = 0
+    ) -> float:
         """(Re)trains the IVF index now (else the first IVF query does); returns seconds taken."""
         return self._native.build_ivf(int(nlist), int(iterations), int(seed), int(threads))
 
@@ -259,14 +306,20 @@ class Collection:
         self._native.verify()
 
     def info(self) -> dict[str, Any]:
-        """name, dim, metric, live, deleted, segment_bytes and segments (as `gpuopt vector info`)."""
+        """name, dim, metric, live, deleted, segment_bytes, segments (`gpuopt vector info`)."""
         return self._native.stats()
 
 
 class Store:
     """A vector store directory (SQLite catalogue + segment files). A context manager."""
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = False, verify_on_first_use: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        verify_on_first_use: bool = True,
+    ) -> None:
         """Opens the store at `path`; create=True makes it when missing.
 
         Raises NotFoundError when it is missing (and not created), DataLossError when a segment is
@@ -290,7 +343,9 @@ class Store:
         """True after close()."""
         return self._native.closed
 
-    def create_collection(self, name: str = "default", *, dim: int, metric: str = "l2") -> Collection:
+    def create_collection(
+        self, name: str = "default", *, dim: int, metric: str = "l2"
+    ) -> Collection:
         """Creates a collection of `dim`-dimensional vectors; AlreadyExistsError when it exists."""
         if metric not in METRICS:
             raise InvalidArgumentError(f"metric: {metric!r}; expected one of {METRICS}")
@@ -302,7 +357,9 @@ class Store:
         """An existing collection; NotFoundError naming it when absent."""
         return Collection(self._native.collection(name), self)
 
-    def get_or_create_collection(self, name: str = "default", *, dim: int, metric: str = "l2") -> Collection:
+    def get_or_create_collection(
+        self, name: str = "default", *, dim: int, metric: str = "l2"
+    ) -> Collection:
         """The collection `name`, created when missing; InvalidArgumentError when it exists with
         another dim or metric."""
         try:
@@ -337,6 +394,8 @@ class Store:
         self.close()
 
 
-def open(path: str | os.PathLike[str], *, create: bool = False, verify_on_first_use: bool = True) -> Store:
+def open(
+    path: str | os.PathLike[str], *, create: bool = False, verify_on_first_use: bool = True
+) -> Store:
     """Opens (create=True: creates when missing) the store at `path`; see Store."""
     return Store(path, create=create, verify_on_first_use=verify_on_first_use)

@@ -16,8 +16,11 @@ def write_safetensors(path, tensors: dict[str, np.ndarray], metadata=None) -> No
     header, blobs, offset = {}, [], 0
     for name, array in tensors.items():
         data = np.ascontiguousarray(array).tobytes()
-        header[name] = {"dtype": dtypes[array.dtype], "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": dtypes[array.dtype],
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         blobs.append(data)
         offset += len(data)
     if metadata:
@@ -49,7 +52,7 @@ def pack_gptq(q, zeros, scales, g_idx, act_order):
     k, n = q.shape
     qweight = np.zeros((k // 8, n), dtype=np.uint32)
     for i in range(8):
-        qweight |= (q[i::8].astype(np.uint32) << (4 * i))
+        qweight |= q[i::8].astype(np.uint32) << (4 * i)
     stored = (zeros - 1).astype(np.uint32)  # GPTQ v1 stores zero - 1
     qzeros = np.zeros((zeros.shape[0], n // 8), dtype=np.uint32)
     for i in range(8):
@@ -70,13 +73,26 @@ def pack_awq(q, zeros, scales):
     return {"qweight": qweight.view(np.int32), "qzeros": qzeros.view(np.int32), "scales": scales}
 
 
-def write_checkpoint(directory, rng, fmt="gptq", k=256, n=128, group_size=64, act_order=False,
-                     layers=("model.layers.0.mlp.up_proj",), shards=1):
+def write_checkpoint(
+    directory,
+    rng,
+    fmt="gptq",
+    k=256,
+    n=128,
+    group_size=64,
+    act_order=False,
+    layers=("model.layers.0.mlp.up_proj",),
+    shards=1,
+):
     """Writes the layers (sharded when shards > 1) and the config; returns {layer: float64 W}."""
     weights, files = {}, [dict() for _ in range(shards)]
     for index, layer in enumerate(layers):
         q, zeros, scales, g_idx = random_layer(rng, k, n, group_size, act_order)
-        packed = pack_gptq(q, zeros, scales, g_idx, act_order) if fmt == "gptq" else pack_awq(q, zeros, scales)
+        packed = (
+            pack_gptq(q, zeros, scales, g_idx, act_order)
+            if fmt == "gptq"
+            else pack_awq(q, zeros, scales)
+        )
         for name, array in packed.items():
             files[index % shards][f"{layer}.{name}"] = array
         weights[layer] = dequantized(q, zeros, scales, g_idx)
@@ -88,7 +104,9 @@ def write_checkpoint(directory, rng, fmt="gptq", k=256, n=128, group_size=64, ac
             name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
             write_safetensors(directory / name, tensors)
             weight_map.update({t: name for t in tensors})
-        (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        (directory / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": weight_map})
+        )
     if fmt == "gptq":
         config = {"bits": 4, "group_size": group_size, "desc_act": act_order}
         (directory / "quantize_config.json").write_text(json.dumps(config))

@@ -30,7 +30,9 @@ def test_doctor_on_a_recorded_machine_equals_the_cli():
     got = gpuopt.doctor(RECORDED)
     assert got["schema_version"] == 1 and got["recorded"] is True
     assert got["findings"] is not None
-    done = subprocess.run([cli_path(), "doctor", "--json", "--root", RECORDED], capture_output=True, text=True)
+    done = subprocess.run(
+        [cli_path(), "doctor", "--json", "--root", RECORDED], capture_output=True, text=True
+    )
     assert done.returncode in (0, 1, 2), done.stderr
     assert without_timing(got) == without_timing(json.loads(done.stdout))
 
@@ -67,7 +69,9 @@ def test_console_script_runs_the_bundled_cli():
     assert script, "the gpuopt console script is not installed beside this Python"
     done = subprocess.run([script, "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "doctor" in done.stdout
-    done = subprocess.run([script, "vector", "info", "/nonexistent/store"], capture_output=True, text=True)
+    done = subprocess.run(
+        [script, "vector", "info", "/nonexistent/store"], capture_output=True, text=True
+    )
     assert done.returncode == 2 and "/nonexistent/store" in done.stderr
 
 
@@ -76,7 +80,12 @@ def test_stubs_are_shipped():
     stub = os.path.join(package, "_gpuopt.pyi")
     assert os.path.isfile(stub)
     text = open(stub, encoding="utf-8").read()
-    for name in ("class VectorStore", "class VectorCollection", "def doctor_json", "class W4A16Plan"):
+    for name in (
+        "class VectorStore",
+        "class VectorCollection",
+        "def doctor_json",
+        "class W4A16Plan",
+    ):
         assert name in text
     assert os.path.isfile(os.path.join(package, "py.typed"))
 
@@ -88,7 +97,14 @@ def test_public_names_have_docstrings():
     import gpuopt.runtime
     import gpuopt.vector
 
-    for module in (gpuopt, gpuopt.vector, gpuopt.runtime, gpuopt.quant, gpuopt.bench, gpuopt.errors):
+    for module in (
+        gpuopt,
+        gpuopt.vector,
+        gpuopt.runtime,
+        gpuopt.quant,
+        gpuopt.bench,
+        gpuopt.errors,
+    ):
         assert module.__doc__, module.__name__
         for name in module.__all__:
             if name == "W4A16Linear":
@@ -99,6 +115,10 @@ def test_public_names_have_docstrings():
             assert value.__doc__, f"{module.__name__}.{name}"
             if inspect.isclass(value):
                 for attribute, member in vars(value).items():
-                    if not attribute.startswith("_") and callable(member) or isinstance(member, property):
+                    if (
+                        not attribute.startswith("_")
+                        and callable(member)
+                        or isinstance(member, property)
+                    ):
                         if not attribute.startswith("_"):
                             assert member.__doc__, f"{module.__name__}.{name}.{attribute}"

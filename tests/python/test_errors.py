@@ -45,7 +45,10 @@ def test_each_code_has_its_class(code, cls, builtin):
 def test_unimplemented_for_missing_cuda_is_gpu_unavailable():
     exception = errors._exception_for_status(12, "stream SM count: gpuopt was built without CUDA")
     assert type(exception) is errors.GpuUnavailableError
-    assert type(errors._exception_for_status(12, "no cuDNN forward algorithm")) is errors.UnimplementedError
+    assert (
+        type(errors._exception_for_status(12, "no cuDNN forward algorithm"))
+        is errors.UnimplementedError
+    )
 
 
 def test_every_public_name_is_exported_and_documented():

@@ -3,7 +3,6 @@ had acknowledged (add() returned) is still there after reopening, byte for byte.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -39,7 +38,9 @@ def test_sigkill_during_adds_loses_nothing_acknowledged(tmp_path):
     rng = np.random.default_rng(7)
     acknowledged = -1
     for attempt in range(6):
-        child = subprocess.Popen([sys.executable, "-c", CHILD, path], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, path], stdout=subprocess.PIPE, text=True
+        )
         # Wait for at least one acknowledgement, then kill at a random moment.
         line = child.stdout.readline()
         assert line, f"child exited early with {child.wait()}"

@@ -70,11 +70,14 @@ def test_loader_errors_name_the_problem(tmp_path, rng):
         quant.load_layer(tmp_path, LAYER, dtype="float32")
     bad = tmp_path / "bad"
     bad.mkdir()
-    write_safetensors(bad / "model.safetensors", {
-        "l.qweight": np.zeros((32, 100), dtype=np.int32),  # N = 100: not a multiple of 64
-        "l.qzeros": np.zeros((4, 13), dtype=np.int32),
-        "l.scales": np.ones((4, 100), dtype=np.float16),
-    })
+    write_safetensors(
+        bad / "model.safetensors",
+        {
+            "l.qweight": np.zeros((32, 100), dtype=np.int32),  # N = 100: not a multiple of 64
+            "l.qzeros": np.zeros((4, 13), dtype=np.int32),
+            "l.scales": np.ones((4, 100), dtype=np.float16),
+        },
+    )
     (bad / "quantize_config.json").write_text(json.dumps({"bits": 4, "group_size": 64}))
     with pytest.raises(gpuopt.InvalidArgumentError):
         quant.load_layer(bad, "l")
@@ -107,7 +110,9 @@ def test_w4a16_linear_matches_the_twin(tmp_path, rng, m):
     y = linear(torch_x)
     assert y.dtype == torch.float16 and y.shape == (m, 256) and y.is_cuda
     want = layer.reference(x)
-    np.testing.assert_allclose(y.float().cpu().numpy(), want, atol=2e-2 * np.abs(want).max(), rtol=1e-2)
+    np.testing.assert_allclose(
+        y.float().cpu().numpy(), want, atol=2e-2 * np.abs(want).max(), rtol=1e-2
+    )
     y3 = linear(torch_x.reshape(1, m, 512))
     assert y3.shape == (1, m, 256)
     torch.testing.assert_close(y3.reshape(m, 256), y)

@@ -7,7 +7,7 @@ import pytest
 
 import gpuopt
 import gpuopt.runtime as rt
-from conftest import GPU_REASON, requires_gpu
+from conftest import requires_gpu
 
 
 def has_usable_gpu() -> bool:
@@ -62,7 +62,9 @@ def test_partition_plan_streams_and_sm_counts():
     import torch
 
     total = rt.device_properties(0)["sm_count"]
-    with rt.PartitionPlan([rt.WorkloadSpec("critical", 16, "critical"), rt.WorkloadSpec("rest", 0, "background", 2)]) as plan:
+    with rt.PartitionPlan(
+        [rt.WorkloadSpec("critical", 16, "critical"), rt.WorkloadSpec("rest", 0, "background", 2)]
+    ) as plan:
         assert gpuopt._native.native.partition_plan_active(0)
         critical, rest = plan.workload("critical"), plan.workload("rest")
         assert len(rest.streams) == 2

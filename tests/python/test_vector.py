@@ -64,7 +64,9 @@ def test_ivf_probing_every_list_equals_exact(store, rng):
 def test_round_trip_with_metadata_and_reopen(tmp_path, rng):
     path = tmp_path / "s"
     base = rng.standard_normal((50, 4)).astype(np.float32)
-    metadata = [{"genre": ["jazz", "rock"][i % 2], "year": 1990 + i, "score": i / 7} for i in range(50)]
+    metadata = [
+        {"genre": ["jazz", "rock"][i % 2], "year": 1990 + i, "score": i / 7} for i in range(50)
+    ]
     ids = np.arange(1000, 1050) * 3
     with gpuopt.vector.open(path, create=True) as store:
         collection = store.create_collection("music", dim=4, metric="ip")
@@ -141,8 +143,12 @@ def where_matches(where, metadata):
             if not present or isinstance(value, str):
                 ok = False
             else:
-                ok = {"$gt": value > operand, "$gte": value >= operand, "$lt": value < operand,
-                      "$lte": value <= operand}[op]
+                ok = {
+                    "$gt": value > operand,
+                    "$gte": value >= operand,
+                    "$lt": value < operand,
+                    "$lte": value <= operand,
+                }[op]
         elif op == "$in":
             ok = present and any(same_type(value, o) and value == o for o in operand)
         elif op == "$nin":
@@ -188,7 +194,9 @@ def test_filters_match_a_python_evaluator(store, rng, where):
         got_ids, got_distances = collection.query(queries, k=7, where=query_where)
         k = min(7, len(allowed))
         assert set(got_ids[:, :k].ravel()) <= set(allowed.tolist())
-        assert_same_neighbours(got_ids[:, :k], got_distances[:, :k], base[allowed], allowed, queries, k, "l2")
+        assert_same_neighbours(
+            got_ids[:, :k], got_distances[:, :k], base[allowed], allowed, queries, k, "l2"
+        )
 
 
 def test_get_or_create_collection(store):
@@ -218,7 +226,9 @@ def test_concurrent_readers_and_a_writer(store, rng):
         for batch in range(5):
             collection.add(np.full((10, 32), 1e3 + batch, dtype=np.float32))
 
-    threads = [threading.Thread(target=reader) for _ in range(4)] + [threading.Thread(target=writer)]
+    threads = [threading.Thread(target=reader) for _ in range(4)] + [
+        threading.Thread(target=writer)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -233,3 +243,15 @@ def test_empty_collection_and_empty_add(store):
     ids, distances = collection.query(np.zeros((2, 2)), k=3)
     assert (ids == -1).all() and np.isinf(distances).all()
     assert collection.next_free_id() == 0
+
+
+def test_batches_larger_than_a_chunk_equal_one_call(store, rng, monkeypatch):
+    base = rng.standard_normal((300, 8)).astype(np.float32)
+    queries = rng.standard_normal((50, 8)).astype(np.float32)
+    collection = store.create_collection("c", dim=8)
+    collection.add(base)
+    whole_ids, whole_distances = collection.query(queries, k=4)
+    monkeypatch.setattr(gpuopt.vector, "_QUERY_CHUNK", 7)
+    chunked_ids, chunked_distances = collection.query(queries, k=4)
+    np.testing.assert_array_equal(chunked_ids, whole_ids)
+    np.testing.assert_array_equal(chunked_distances, whole_distances)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpuopt
 from conftest import requires_gpu, requires_torch
 
 
