@@ -52,15 +52,16 @@ def run(
     """
     if suite not in SUITES:
         raise InvalidArgumentError(f"suite: {suite!r}; expected one of {SUITES}")
-    command = [cli_path(), "bench", suite, "--json"]
-    if quick:
-        command.append("--quick")
+    selection = []
     if only is not None:
         flag = _ONLY_FLAG[suite]
         if flag is None:
             raise InvalidArgumentError(f"suite {suite!r} has no testcase selection")
         for key in [only] if isinstance(only, str) else list(only):
-            command += [flag, key]
+            selection += [flag, key]
+    command = [cli_path(), "bench", suite, "--json", *selection]
+    if quick:
+        command.append("--quick")
     command += [str(a) for a in args]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)

@@ -331,7 +331,18 @@ def _make_linear_class() -> type:
             if not x.is_contiguous():
                 raise InvalidArgumentError(f"x: strides {tuple(x.stride())} are not contiguous")
             leading = x.shape[:-1]
-            y = w4a16_gemm(x.reshape(-1, self.in_features), self)
+            # The op itself, not w4a16_gemm(): nothing here that torch.compile cannot trace.
+            y = torch.ops.gpuopt.w4a16_gemm(
+                x.reshape(-1, self.in_features),
+                self.tiles,
+                self.scales,
+                self.zeros,
+                self.perm,
+                self.in_features,
+                self.out_features,
+                self.group_size,
+                self.has_zeros,
+            )
             y = y.reshape(*leading, self.out_features)
             return y + self.bias if self.bias is not None else y
 

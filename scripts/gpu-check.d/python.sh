@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package on the GPU machine: installs the carried wheel (.whl/gpuopt-*.whl, built here
-# by `pip wheel`, see README) into a venv that sees the machine's torch, then runs tests/python
-# (GPU tests run for real there) and the GPTQ layer example.
+# by the README's `pip wheel` command, without the CLI) into a venv that sees the machine's torch,
+# then runs tests/python (GPU tests run for real there) and the GPTQ layer example.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-/tmp}/python"
