@@ -153,3 +153,19 @@ def test_w4a16_linear_rejects_bad_inputs(tmp_path, rng):
         linear(torch.zeros(2, 100, dtype=torch.float16, device="cuda"))
     with pytest.raises(ValueError, match="contiguous"):
         linear(torch.zeros(256, 2, dtype=torch.float16, device="cuda").t())
+
+
+@requires_gpu
+def test_w4a16_op_passes_torch_opcheck(tmp_path, rng):
+    import torch
+
+    write_checkpoint(tmp_path, rng, k=512, n=256, group_size=128)
+    linear = quant.W4A16Linear(quant.load_layer(tmp_path, LAYER), device="cuda")
+    x = torch.randn(4, 512, dtype=torch.float16, device="cuda")
+    args = (x, linear.tiles, linear.scales, linear.zeros, linear.perm, 512, 256, 128, True)
+    # Schema, fake (meta) implementation and dispatch agree; no autograd (inference op).
+    torch.library.opcheck(
+        torch.ops.gpuopt.w4a16_gemm.default,
+        args,
+        test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"),
+    )
