@@ -1,0 +1,401 @@
+"""gpuopt.vector: an embedded, durable vector store with exact and IVF search and metadata filters.
+
+>>> import numpy as np, gpuopt.vector
+>>> with gpuopt.vector.open("/tmp/store", create=True) as store:
+...     docs = store.get_or_create_collection("docs", dim=4, metric="cosine")
+...     ids = docs.add(np.eye(4, dtype=np.float32), metadata=[{"lang": "en"}] * 4)
+...     hit_ids, distances = docs.query(np.eye(4)[:1], k=2, where={"lang": "en"})
+
+Vectors are float32 rows keyed by 64-bit ids; metadata values are strings or numbers. ``where``
+filters use the CLI's ``--where`` language (Chroma's subset: ``$eq $ne $gt $gte $lt $lte $in $nin
+$and $or``). An ``add`` returns only after its rows are on disk (segment file fsync'd and the SQLite
+transaction committed), so it survives a killed process. Arrays: numpy (any real dtype, converted
+to float32), lists, torch CPU and CUDA tensors (float32, contiguous; CUDA rows are read on the
+tensor's current torch stream through the store's device-pointer ingest), and other DLPack objects.
+Query results come back in the caller's framework and device. Calls release the GIL; a store's
+calls take turns, so threads may share it safely. Large query batches run in chunks, so Ctrl-C
+interrupts them between chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import _arrays, _native
+from .errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+
+__all__ = ["Store", "Collection", "open", "METRICS", "INDEXES"]
+
+#: Distance metrics: squared L2, negative inner product, 1 - cosine similarity (smaller = closer).
+METRICS = ("l2", "ip", "cosine")
+#: Search indexes: brute force, or IVF-Flat (trained on first use, kept until the next write).
+INDEXES = ("exact", "ivf")
+
+Metadata = Mapping[str, "str | int | float"]
+# Queries per native call (see Collection.query).
+_QUERY_CHUNK = 2048
+
+
+def _metadata_rows(metadata: Sequence[Metadata] | None, count: int) -> list[str] | None:
+    """One JSON object text per row, after checking every key and value."""
+    if metadata is None:
+        return None
+    if isinstance(metadata, Mapping) or not isinstance(metadata, Sequence):
+        raise InvalidArgumentError("metadata: expected a list with one dict per vector")
+    if len(metadata) != count:
+        raise InvalidArgumentError(f"metadata: {len(metadata)} entries for {count} vectors")
+    rows = []
+    for row, entry in enumerate(metadata):
+        if entry is None:
+            rows.append("{}")
+            continue
+        if not isinstance(entry, Mapping):
+            raise InvalidArgumentError(
+                f"metadata[{row}]: expected a dict, got {type(entry).__name__}"
+            )
+        for key, value in entry.items():
+            if not isinstance(key, str):
+                raise InvalidArgumentError(f"metadata[{row}]: key {key!r} is not a string")
+            if isinstance(value, bool) or not isinstance(
+                value, (str, int, float, np.integer, np.floating)
+            ):
+                raise InvalidArgumentError(
+                    f"metadata[{row}].{key}: {type(value).__name__} value; "
+                    "only str, int and float are stored"
+                )
+            if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+                raise InvalidArgumentError(f"metadata[{row}].{key}: {value} is not a finite number")
+        rows.append(
+            json.dumps(
+                {k: (v.item() if isinstance(v, np.generic) else v) for k, v in entry.items()}
+            )
+        )
+    return rows
+
+
+def _where_text(where: Mapping[str, Any] | str | None) -> str:
+    if where is None:
+        return ""
+    if isinstance(where, str):
+        return where
+    if isinstance(where, Mapping):
+        try:
+            return json.dumps(where, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise InvalidArgumentError(f"where: {error}") from None
+    raise InvalidArgumentError(f"where: expected a dict or JSON text, got {type(where).__name__}")
+
+
+class Collection:
+    """A collection of fixed-dimension float32 vectors with ids and metadata (from a Store)."""
+
+    def __init__(self, native: Any, store: "Store") -> None:
+        """Use Store.collection() / create_collection(); not constructed directly."""
+        self._native = native
+        self._store = store
+
+    def __repr__(self) -> str:
+        return f"Collection(name={self.name!r}, dim={self.dim}, metric={self.metric!r})"
+
+    @property
+    def name(self) -> str:
+        """The collection's name."""
+        return self._native.name
+
+    @property
+    def dim(self) -> int:
+        """Dimension of every vector."""
+        return self._native.dim
+
+    @property
+    def metric(self) -> str:
+        """ "l2", "ip" or "cosine"."""
+        return self._native.metric
+
+    @property
+    def count(self) -> int:
+        """Live vectors (those queries can return)."""
+        return self._native.size()
+
+    def __len__(self) -> int:
+        """Live vectors, as ``count``."""
+        return self.count
+
+    def add(
+        self,
+        vectors: Any,
+        ids: Any = None,
+        metadata: Sequence[Metadata] | None = None,
+        *,
+        stream: Any = None,
+    ) -> np.ndarray:
+        """Adds vectors [n, dim]; returns their ids (int64). Durable when it returns.
+
+        Args:
+            vectors: numpy/list (converted to float32), or a float32 contiguous torch tensor (CPU
+                or CUDA) or other DLPack object; CUDA rows are read on `stream`.
+            ids: n distinct integers in [0, 2**63); None = consecutive from next_free_id().
+            metadata: None, or one dict per vector of str -> str | int | float.
+            stream: for CUDA tensors, a torch stream or cudaStream_t integer; None = the tensor's
+                current torch stream.
+
+        Raises:
+            AlreadyExistsError: an id is present already (use upsert()); nothing is written.
+            InvalidArgumentError: wrong dtype, shape, device, strides, ids or metadata.
+        """
+        return self._write(vectors, ids, metadata, stream, replace=False)
+
+    def upsert(
+        self,
+        vectors: Any,
+        ids: Any,
+        metadata: Sequence[Metadata] | None = None,
+        *,
+        stream: Any = None,
+    ) -> np.ndarray:
+        """As add(), but ids that exist are replaced (vector and metadata)."""
+        if ids is None:
+            raise InvalidArgumentError("upsert: ids are required")
+        return self._write(vectors, ids, metadata, stream, replace=True)
+
+    def _write(
+        self, vectors: Any, ids: Any, metadata: Any, stream: Any, replace: bool
+    ) -> np.ndarray:
+        device_path = not isinstance(vectors, np.ndarray) and (
+            _arrays.is_torch(vectors)
+            or (hasattr(vectors, "__dlpack__") and not isinstance(vectors, (list, tuple)))
+        )
+        if device_path:
+            shape = tuple(getattr(vectors, "shape", ()))
+            if len(shape) != 2:
+                raise InvalidArgumentError(
+                    f"vectors: expected a 2-D [rows, dim] tensor, got shape {shape}"
+                )
+            rows = int(shape[0])
+            if int(shape[1]) != self.dim:
+                raise InvalidArgumentError(
+                    f"vectors: shape {shape} has dimension {shape[1]}, "
+                    f"collection {self.name!r} has {self.dim}"
+                )
+        else:
+            host = _arrays.host_matrix(vectors, "vectors", self.dim)
+            rows = host.shape[0]
+        if ids is None:
+            start = self._native.next_free_id()
+            id_array = np.arange(start, start + rows, dtype=np.uint64)
+        else:
+            id_array = _arrays.host_ids(ids, rows)
+        rows_json = _metadata_rows(metadata, rows)
+        if not device_path:
+            self._native.add(id_array, host, rows_json, replace)
+        elif _arrays.is_torch(vectors):
+            self._add_torch(vectors, id_array, rows_json, stream, replace)
+        else:
+            handle = int(getattr(stream, "cuda_stream", stream) or 0)
+            self._native.add_dlpack(id_array, vectors, handle, rows_json, replace)
+        return id_array.astype(np.int64)
+
+    def _add_torch(
+        self, tensor: Any, ids: np.ndarray, rows_json: Any, stream: Any, replace: bool
+    ) -> None:
+        import torch
+
+        if tensor.dtype != torch.float32:
+            raise InvalidArgumentError(f"vectors: dtype {tensor.dtype}, expected torch.float32")
+        if not tensor.is_contiguous():
+            raise InvalidArgumentError(
+                f"vectors: strides {tuple(tensor.stride())} are not compact row-major; "
+                "call .contiguous()"
+            )
+        tensor = tensor.detach()
+        if tensor.is_cuda:
+            handle = _arrays.torch_stream_handle(tensor, stream)
+            with torch.cuda.device(tensor.device):
+                self._native.add_dlpack(ids, tensor, handle, rows_json, replace)
+        else:
+            self._native.add_dlpack(ids, tensor, 0, rows_json, replace)
+
+    def query(
+        self,
+        queries: Any,
+        k: int = 10,
+        where: Mapping[str, Any] | str | None = None,
+        index: str = "exact",
+        *,
+        nprobe: int = 8,
+        nlist: int = 0,
+        threads: int = 0,
+    ) -> tuple[Any, Any]:
+        """The k nearest live vectors of each query: ``(ids, distances)``, each [q, k], closest
+        first; rows with fewer than k matches are padded with id -1 and distance inf.
+
+        Args:
+            queries: [q, dim] numpy/list, or a torch tensor (CPU or CUDA; results come back as
+                torch tensors on the same device).
+            k: neighbours per query (>= 1).
+            where: a filter dict (or its JSON text), e.g. ``{"year": {"$gte": 2000}}``.
+            index: "exact" (brute force) or "ivf" (IVF-Flat, trained on first use).
+            nprobe: IVF lists scanned per query. nlist: IVF lists (0 = about 4*sqrt(rows)).
+            threads: CPU threads (0 = all).
+
+        Distances: squared L2, negative inner product, or 1 - cosine (per the metric).
+        """
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise InvalidArgumentError(f"k: expected an integer >= 1, got {k!r}")
+        if index not in INDEXES:
+            raise InvalidArgumentError(f"index: {index!r}; expected one of {INDEXES}")
+        device = None
+        if _arrays.is_torch(queries):
+            device = queries.device
+            queries = queries.detach().to("cpu")
+        host = _arrays.host_matrix(queries, "queries", self.dim)
+        where_text = _where_text(where)
+        # Large batches go in chunks: between chunks Python runs its signal handlers, so Ctrl-C
+        # stops a long query within one chunk's time (queries are independent of each other).
+        parts = [
+            self._native.query(
+                host[start : start + _QUERY_CHUNK],
+                int(k),
+                index,
+                int(nprobe),
+                int(nlist),
+                where_text,
+                int(threads),
+            )
+            for start in range(0, max(1, host.shape[0]), _QUERY_CHUNK)
+        ]
+        if len(parts) == 1:
+            ids, distances = parts[0]
+        else:
+            ids = np.concatenate([p[0] for p in parts])
+            distances = np.concatenate([p[1] for p in parts])
+        if device is not None:
+            import torch
+
+            return torch.from_numpy(ids).to(device), torch.from_numpy(distances).to(device)
+        return ids, distances
+
+    def delete(self, ids: Any) -> int:
+        """Deletes the ids that exist; returns how many did. Durable when it returns."""
+        return self._native.remove(_arrays.host_ids(ids, None))
+
+    def get(self, id: int) -> tuple[np.ndarray, dict[str, str | float]]:
+        """(vector, metadata) of one id. Raises NotFoundError when absent."""
+        if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or id < 0:
+            raise InvalidArgumentError(f"id: expected an integer >= 0, got {id!r}")
+        vector, metadata = self._native.get(int(id))
+        return vector, json.loads(metadata)
+
+    def next_free_id(self) -> int:
+        """One past the largest id below 2**63 (0 when empty): where add(ids=None) starts."""
+        return self._native.next_free_id()
+
+    def build_ivf(
+        self, nlist: int = 0, *, iterations: int = 10, seed: int = 1234, threads: int = 0
+    ) -> float:
+        """(Re)trains the IVF index now (else the first IVF query does); returns seconds taken."""
+        return self._native.build_ivf(int(nlist), int(iterations), int(seed), int(threads))
+
+    def verify(self) -> None:
+        """Checks every segment's CRC32C; DataLossError naming the file on a mismatch."""
+        self._native.verify()
+
+    def info(self) -> dict[str, Any]:
+        """name, dim, metric, live, deleted, segment_bytes, segments (`gpuopt vector info`)."""
+        return self._native.stats()
+
+
+class Store:
+    """A vector store directory (SQLite catalogue + segment files). A context manager."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        verify_on_first_use: bool = True,
+    ) -> None:
+        """Opens the store at `path`; create=True makes it when missing.
+
+        Raises NotFoundError when it is missing (and not created), DataLossError when a segment is
+        truncated or its header is corrupt.
+        """
+        native = _native.require()
+        self._native = native.VectorStore.open(os.fspath(path), create, verify_on_first_use)
+        self._path = os.fspath(path)
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"collections={self.collection_names()}"
+        return f"Store({self._path!r}, {state})"
+
+    @property
+    def path(self) -> str:
+        """The store's directory."""
+        return self._path
+
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+        return self._native.closed
+
+    def create_collection(
+        self, name: str = "default", *, dim: int, metric: str = "l2"
+    ) -> Collection:
+        """Creates a collection of `dim`-dimensional vectors; AlreadyExistsError when it exists."""
+        if metric not in METRICS:
+            raise InvalidArgumentError(f"metric: {metric!r}; expected one of {METRICS}")
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+            raise InvalidArgumentError(f"dim: expected an integer >= 1, got {dim!r}")
+        return Collection(self._native.create_collection(name, int(dim), metric), self)
+
+    def collection(self, name: str = "default") -> Collection:
+        """An existing collection; NotFoundError naming it when absent."""
+        return Collection(self._native.collection(name), self)
+
+    def get_or_create_collection(
+        self, name: str = "default", *, dim: int, metric: str = "l2"
+    ) -> Collection:
+        """The collection `name`, created when missing; InvalidArgumentError when it exists with
+        another dim or metric."""
+        try:
+            found = self.collection(name)
+        except NotFoundError:
+            try:
+                return self.create_collection(name, dim=dim, metric=metric)
+            except AlreadyExistsError:  # created meanwhile by another thread
+                found = self.collection(name)
+        if found.dim != dim or found.metric != metric:
+            raise InvalidArgumentError(
+                f"collection {name!r} exists with dim {found.dim}, metric {found.metric!r}; "
+                f"asked for dim {dim}, metric {metric!r}"
+            )
+        return found
+
+    def collection_names(self) -> list[str]:
+        """Names of every collection."""
+        return self._native.collection_names()
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.collection_names()
+
+    def close(self) -> None:
+        """Closes the store; its collections raise FailedPreconditionError afterwards."""
+        self._native.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def open(
+    path: str | os.PathLike[str], *, create: bool = False, verify_on_first_use: bool = True
+) -> Store:
+    """Opens (create=True: creates when missing) the store at `path`; see Store."""
+    return Store(path, create=create, verify_on_first_use=verify_on_first_use)

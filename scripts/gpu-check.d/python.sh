@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The Python package on the GPU machine: installs the carried wheel (.whl/gpuopt-*.whl, built here
+# by the README's `pip wheel` command, without the CLI) into a venv that sees the machine's torch,
+# then runs tests/python (GPU tests run for real there) and the GPTQ layer example.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out="${OUT:-/tmp}/python"
+mkdir -p "$out"
+wheel=$(ls -t .whl/gpuopt-*.whl 2>/dev/null | head -1)
+if [ -z "$wheel" ]; then
+  echo "RESULT: python: skipped, no wheel in .whl/ (build it with the README's pip wheel command)"
+  exit 0
+fi
+venv=$(mktemp -d /tmp/gpuopt-python-XXXXXX)
+trap 'rm -rf "$venv"' EXIT
+# --system-site-packages: torch, numpy and pytest come from the machine's Python.
+python3 -m venv --system-site-packages "$venv" || { echo "RESULT: python: venv failed"; exit 1; }
+"$venv/bin/pip" install --no-deps --no-index -q "$wheel" >"$out/install.log" 2>&1 ||
+  { cat "$out/install.log"; echo "RESULT: python: pip install $(basename "$wheel") failed"; exit 1; }
+cd "$venv"  # import the installed package, not python/gpuopt of the checkout
+"$venv/bin/python" -c 'import gpuopt, torch; print("gpuopt", gpuopt.__version__, "cuda", gpuopt.built_with_cuda, "torch", torch.__version__)'
+"$venv/bin/python" -m pytest "$OLDPWD/tests/python" -q -rs --junitxml="$out/pytest.xml" 2>&1 | tee "$out/pytest.log"
+rc=${PIPESTATUS[0]}
+"$venv/bin/python" "$OLDPWD/examples/gptq_layer.py" --synthetic --m 16 2>&1 | tee "$out/gptq_layer.log"
+summary=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|skipped)' "$out/pytest.log" | tail -1 | tr -d '=')
+echo "RESULT: python pytest: ${summary:-no summary} (exit $rc)"
+exit $rc
