@@ -732,7 +732,7 @@ Variant select_variant(bool swapped, int m_tiles, bool wide, int pipeline) {
       if (pipeline == 3 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3, 4, 2>();
       if (pipeline == 4 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 3, 3, 8, 2>();
       if (pipeline == 4 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 3, 3, 8, 2>();
-      // Not measured or tested on a GPU yet (off unless GPUOPT_W4A16_PIPELINE=5): 128-k stages
+      // Not measured or tested on a GPU yet (only when W4A16Tuning::pipeline asks): 128-k stages
       // split over 2 warps along K, so 16 warps per SM at <= 128 registers.
       if (pipeline == 5 && m_tiles == 1) return make_variant<T, true, 4, 2, 1, 4, 2, 8, 1>();
       if (m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4>();
@@ -766,18 +766,16 @@ Variant variant_for(ActivationType type, bool swapped, int m_tiles, bool wide, i
 // multiple of 64 (a stage then spans at most two groups). Default: 2 (bulk, 128-k stages) at M = 1
 // on large layers, where the H200 measured 3-5 % less time than cp.async; cp.async elsewhere
 // (bulk was slower at M = 8 and 16, and is unmeasured on small layers; docs/w4a16-gemm.md).
-// GPUOPT_W4A16_PIPELINE=0..5 picks one, to compare them.
+// W4A16Tuning::pipeline picks one, to compare them.
 StatusOr<int> swapped_pipeline(const W4A16DeviceWeights& w, int m, int m_tiles, bool wide,
-                               int device) {
+                               int device, const W4A16Tuning& tuning) {
   int major = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (major < 9 || m_tiles > 2) return 0;
   const bool k128 = wide && w.k % 128 == 0 && w.group_size % 64 == 0;
   const bool large = static_cast<long long>(w.k) * w.n >= (1ll << 27);
   int pipeline = m == 1 && k128 && large ? 2 : 0;
-  if (const char* env = std::getenv("GPUOPT_W4A16_PIPELINE"); env != nullptr) {
-    if (env[0] >= '0' && env[0] <= '5' && env[1] == '\0') pipeline = env[0] - '0';
-  }
+  if (tuning.pipeline) pipeline = static_cast<int>(*tuning.pipeline);
   if (!k128 && (pipeline == 2 || pipeline == 4)) --pipeline;
   if (pipeline == 5 && (!k128 || m_tiles != 1)) pipeline = k128 ? 2 : 1;  // 16 rows would spill
   if (pipeline > 0) {
@@ -805,18 +803,19 @@ struct Plan {
   std::size_t workspace_bytes = 0;
 };
 
-// The direct (4) and wgmma (5) kernels to try, in order; empty = the original kernels. The direct
+// The direct and wgmma kernels to try, in order; empty = the original kernels. The direct
 // kernel up to 16 rows, the wgmma kernel above (it refuses where there is no sm_90 code; the
 // original kernels run there), both measured faster than the original kernels at every M on the
 // H200; on small layers (K x N <= 2^24) the wgmma kernel from 8 rows (4096 x 4096: 12.3 vs 16.0 us
 // at M = 8, 13.6 vs 19.5 at M = 16; docs/PERFORMANCE.md). Never in deterministic mode (its k-split
 // must not depend on M) or when another path is forced.
-std::vector<int> extra_kernels(const W4A16DeviceWeights& w, int m, const W4A16Options& options) {
-  if (options.deterministic || options.force_path >= 0) return {};
+std::vector<W4A16ForcePath> extra_kernels(const W4A16DeviceWeights& w, int m,
+                                          const W4A16Options& options) {
+  if (options.deterministic || options.force_path != W4A16ForcePath::kAuto) return {};
   const bool small = static_cast<long long>(w.k) * w.n <= (1ll << 24);
-  if (m > 16) return {5};
-  if (small && m >= 8) return {5, 4};
-  return {4};
+  if (m > 16) return {W4A16ForcePath::kWgmma};
+  if (small && m >= 8) return {W4A16ForcePath::kWgmma, W4A16ForcePath::kDirect};
+  return {W4A16ForcePath::kDirect};
 }
 
 // The device's SM count, after checking W4A16Options::sm_count against it (0, or 1..that count).
@@ -832,6 +831,7 @@ StatusOr<int> device_sms_checked(int device, int sm_count) {
 }
 
 StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Options& options) {
+  GPUOPT_RETURN_IF_ERROR(check_w4a16_options(options));
   const W4A16DeviceWeights& w = *arguments.weights;
   const int m = arguments.m;
   Plan plan;
@@ -848,7 +848,9 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   }
   bool fallback = fallback_min_m > 0 && m >= fallback_min_m;
   if (options.deterministic) fallback = false;  // cuBLAS chooses its kernel by M
-  if (options.force_path >= 0) fallback = options.force_path == 1;
+  if (options.force_path != W4A16ForcePath::kAuto) {
+    fallback = options.force_path == W4A16ForcePath::kDequantCublas;
+  }
   std::size_t offset = 0;
   if (w.perm != nullptr) {
     plan.permuted_offset = offset;
@@ -860,8 +862,8 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   // M <= 16: the swapped kernel (weights as the mma A operand). Deterministic runs always use
   // the x-rows kernel, so that a row's arithmetic is the same whatever M.
   bool swapped = m <= 16;
-  if (options.force_path == 2) swapped = false;
-  if (options.force_path == 3) swapped = true;
+  if (options.force_path == W4A16ForcePath::kXRows) swapped = false;
+  if (options.force_path == W4A16ForcePath::kSwapped) swapped = true;
   if (options.deterministic) swapped = false;
   int m_tiles = swapped ? (m <= 8 ? 1 : m <= 16 ? 2 : 4) : (m <= 16 ? 1 : m <= 32 ? 2 : 4);
   // The deepest m-tiling whose shared memory this GPU allows (Ampere/Ada give a block 99-163 KB,
@@ -882,16 +884,18 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   }
   config.path = W4A16Path::kTensorCore;
   // The direct and wgmma kernels: forced, or chosen by M (extra_kernels above).
-  const std::vector<int> extras = options.force_path == 4 || options.force_path == 5
-                                      ? std::vector<int>{options.force_path}
-                                      : extra_kernels(w, m, options);
-  for (const int extra : extras) {
+  const std::vector<W4A16ForcePath> extras =
+      options.force_path == W4A16ForcePath::kDirect || options.force_path == W4A16ForcePath::kWgmma
+          ? std::vector<W4A16ForcePath>{options.force_path}
+          : extra_kernels(w, m, options);
+  for (const W4A16ForcePath extra : extras) {
+    const bool direct = extra == W4A16ForcePath::kDirect;
     StatusOr<w4a16_detail::KernelPlan> kernel_plan =
-        extra == 4 ? w4a16_detail::plan_direct(w, m, device, sms)
-                   : w4a16_detail::plan_wgmma(w, m, device, sms);
+        direct ? w4a16_detail::plan_direct(w, m, device, sms, options.tuning)
+               : w4a16_detail::plan_wgmma(w, m, device, sms, options.tuning);
     if (!kernel_plan.ok() && options.force_path == extra) return kernel_plan.status();
     if (kernel_plan.ok()) {
-      config.kernel = extra == 4 ? W4A16Kernel::kDirect : W4A16Kernel::kWgmma;
+      config.kernel = direct ? W4A16Kernel::kDirect : W4A16Kernel::kWgmma;
       w4a16_detail::store_plan(*kernel_plan, config);
       plan.partial_offset = offset;
       offset = align256(offset + kernel_plan->workspace_bytes);
@@ -904,9 +908,12 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   config.m_tiles = m_tiles;
   config.swapped = swapped;
   if (swapped) {
-    GPUOPT_ASSIGN_OR_RETURN(config.pipeline, swapped_pipeline(w, m, m_tiles, wide, device));
+    GPUOPT_ASSIGN_OR_RETURN(const int pipeline,
+                            swapped_pipeline(w, m, m_tiles, wide, device, options.tuning));
+    config.pipeline = static_cast<W4A16Pipeline>(pipeline);
   }
-  const Variant variant = variant_for(w.type, swapped, config.m_tiles, wide, config.pipeline);
+  const Variant variant =
+      variant_for(w.type, swapped, config.m_tiles, wide, static_cast<int>(config.pipeline));
   config.block_m = variant.rows;
   config.block_n = variant.warps_n * kTileN;
   config.threads = variant.threads;
@@ -1073,7 +1080,7 @@ StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, 
   // than cuBLAS from M = 32 on the H200 (first session) -> from 17.
   GPUOPT_ASSIGN_OR_RETURN(const int sms, device_sms_checked(device, sm_count));
   const StatusOr<w4a16_detail::KernelPlan> wgmma =
-      w4a16_detail::plan_wgmma(weights, 32, device, sms);
+      w4a16_detail::plan_wgmma(weights, 32, device, sms, W4A16Tuning{});
   if (!wgmma.ok() && wgmma.status().code() != StatusCode::kFailedPrecondition) {
     return wgmma.status();
   }
@@ -1222,8 +1229,9 @@ Status W4A16Gemm::run(StreamHandle stream) {
   params.n_blocks = w.n / config_.block_n;
   params.total_iterations = config_.iterations;
   params.splits = config_.splits;
-  const Variant variant = variant_for(w.type, config_.swapped, config_.m_tiles,
-                                      config_.block_n == 4 * kTileN, config_.pipeline);
+  const Variant variant =
+      variant_for(w.type, config_.swapped, config_.m_tiles, config_.block_n == 4 * kTileN,
+                  static_cast<int>(config_.pipeline));
   params.iterations_per_tile = w.k / variant.stage_k;
   variant.function<<<config_.blocks, variant.threads, variant.shared_bytes, stream>>>(params);
   GPUOPT_CUDA_TRY_LAUNCH();

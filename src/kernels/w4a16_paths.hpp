@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdlib>
 #include <string>
 
 #include "gpuopt/core/status.hpp"
@@ -23,20 +22,13 @@ inline std::size_t split_workspace_bytes(int m, int n, int tiles) {
   return partials_bytes(m, n) + static_cast<std::size_t>(tiles) * sizeof(int);
 }
 
-// An integer tuning override from the environment (A/B runs), or `fallback` when unset.
-inline int env_int(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  return std::atoi(value);
-}
-
 // What a kernel needs to launch, fixed by plan_*() and passed back to run_*().
 struct KernelPlan {
   int variant = 0;  // which template instance (file-specific)
   int blocks = 0, threads = 0, blocks_per_sm = 0;
   int splits = 0;  // k-splits per column tile (file-specific meaning)
   int tiles = 0;   // output tiles with a fix-up counter
-  int flags = 0;   // file-specific options decided at plan time (environment overrides included)
+  int flags = 0;   // file-specific options decided at plan time (W4A16Tuning included)
   std::size_t shared_bytes = 0;
   std::size_t workspace_bytes = 0;  // zeroed once by initialize(); the kernel leaves its counters
                                     // (and, but for the shared fix-up's slices, its sums) zero
@@ -87,14 +79,17 @@ inline int partition_takeover_m(int whole, int sm_count, int device_sms) {
 // Direct kernel (w4a16_direct.cu), M <= 16: each warp streams its share of the weights through a
 // private cp.async ring (no block barrier in the main loop); x for the block's k-slice sits in
 // shared memory. FAILED_PRECONDITION when it does not apply (M or shared memory), naming why.
-StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device, int sms);
+// `tuning`: the direct_* overrides.
+StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device, int sms,
+                                 const W4A16Tuning& tuning);
 Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x,
                   void* y, void* workspace, StreamHandle stream);
 
 // Hopper wgmma kernel (w4a16_wgmma.cu), larger M. FAILED_PRECONDITION when not sm_90 code or the
 // shape does not fit, naming why. Both plans take `sms`, the SMs to plan the grid for (the
-// device's, or a partition's: W4A16Options::sm_count).
-StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, int sms);
+// device's, or a partition's: W4A16Options::sm_count); plan_wgmma reads the wgmma_* overrides.
+StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, int sms,
+                                const W4A16Tuning& tuning);
 Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x, void* y,
                  void* workspace, StreamHandle stream);
 

@@ -13,21 +13,22 @@ std::string_view activation_type_name(ActivationType type) {
 
 namespace {
 // The swapped kernel's copy pipeline (W4A16Config::pipeline) as the config column shows it.
-const char* pipeline_name(int pipeline) {
+const char* pipeline_name(W4A16Pipeline pipeline) {
   switch (pipeline) {
-    case 1:
+    case W4A16Pipeline::kBulk:
       return " bulk";
-    case 2:
+    case W4A16Pipeline::kBulkK128:
       return " bulk k128";
-    case 3:
+    case W4A16Pipeline::kBulkRing:
       return " bulk ring";
-    case 4:
+    case W4A16Pipeline::kBulkK128Ring:
       return " bulk k128 ring";
-    case 5:
+    case W4A16Pipeline::kBulkK128TwoWarpsK:
       return " bulk k128 2wk";
-    default:
-      return "";
+    case W4A16Pipeline::kCpAsync:
+      break;
   }
+  return "";
 }
 }  // namespace
 

@@ -912,12 +912,14 @@ int column_tiles(const W4A16DeviceWeights& w) {
 
 }  // namespace
 
-StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, int sms) {
+StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, int sms,
+                                const W4A16Tuning& tuning) {
 #if !defined(GPUOPT_WGMMA_SM90A)
   (void)w;
   (void)m;
   (void)device;
   (void)sms;
+  (void)tuning;
   return failed_precondition(
       "W4A16 wgmma kernel: this build has no sm_90a code (wgmma needs the arch-specific target; "
       "src/kernels/CMakeLists.txt adds it when CMAKE_CUDA_ARCHITECTURES lists 90)");
@@ -944,11 +946,10 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
   // 4/3/2 beat them at every M = 32..256 on both 70B shapes (H200, 05:00 UTC, same splits:
   // 8192x28672 M=64 108.6 vs 147.4 us, 28672x8192 M=256 248.7 vs 333.5 us).
   int variant = m <= 32 ? 7 : m <= 64 ? 8 : 9;
-  // The per-M choice before the fast-copy variants, kept for A/B runs on the GPU machine.
-  if (env_int("GPUOPT_W4A16_WGMMA_OLD", 0) == 1) variant = m <= 32 ? 4 : m <= 64 ? 3 : 2;
-  if (const int forced = env_int("GPUOPT_W4A16_WGMMA_VARIANT", -1);
-      forced >= 0 && forced < kVariants) {
-    variant = forced;
+  // The per-M choice before the fast-copy variants, kept for A/B runs.
+  if (tuning.wgmma_old_variants) variant = m <= 32 ? 4 : m <= 64 ? 3 : 2;
+  if (tuning.wgmma_variant && *tuning.wgmma_variant >= 0 && *tuning.wgmma_variant < kVariants) {
+    variant = *tuning.wgmma_variant;
   }
   const WgmmaVariant kernel = wgmma_variant_for(w.type, w.has_zeros, variant, false);
   cudaFuncAttributes attributes{};
@@ -1007,9 +1008,7 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
     }
     if (efficiency >= 0.95) break;
   }
-  if (const int forced = env_int("GPUOPT_W4A16_WGMMA_SPLITS", 0); forced > 0) {
-    splits = std::min(forced, k_stages);
-  }
+  if (tuning.wgmma_splits > 0) splits = std::min(tuning.wgmma_splits, k_stages);
   // Stream-K: one wave of blocks, each an equal run of the tiles' k-stages laid end to end (so
   // every SM gets the same weight bytes), where the k-splits leave more than a tenth of the wave
   // idle, for 32- and 64-token tiles, and where each block gets at least 12 stages: measured on
@@ -1018,33 +1017,32 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
   // tiles slower (155.6 vs 116.6 us: each partial tile is 128 KB of fp32 atomics); 4096x14336
   // M=32 (13.6 stages a block) 29.3 vs 33.1 us; on 4096x4096 (3.9 stages a block) slower than
   // cuBLAS at M=32 (19.8 vs 17.2 us).
-  // GPUOPT_W4A16_WGMMA_STREAMK=0/1 forces it off/on.
+  // W4A16Tuning::wgmma_stream_k forces it off/on; forced k-splits turn the automatic choice off.
   const bool stream_k_fits =
       kernel.tokens <= 64 && best < 0.9 && static_cast<long long>(tiles) * k_stages >= 12LL * slots;
-  const int forced_stream_k = env_int("GPUOPT_W4A16_WGMMA_STREAMK", -1);
-  const bool stream_k = forced_stream_k == 1 || (forced_stream_k != 0 && stream_k_fits &&
-                                                 env_int("GPUOPT_W4A16_WGMMA_SPLITS", 0) <= 0);
+  const bool stream_k = tuning.wgmma_stream_k.value_or(stream_k_fits && tuning.wgmma_splits <= 0);
 
   long long blocks = stream_k ? std::min<long long>(slots, static_cast<long long>(tiles) * k_stages)
                               : static_cast<long long>(tiles) * splits;
   // Tests: a stream-K grid of any size (over a wave, later blocks start after the pieces before
   // them have finished, so a block's first piece is often the last of its tile to be counted).
-  if (const int forced = env_int("GPUOPT_W4A16_WGMMA_STREAMK_BLOCKS", 0); stream_k && forced > 0) {
-    blocks = std::min<long long>(forced, static_cast<long long>(tiles) * k_stages);
+  if (stream_k && tuning.wgmma_stream_k_blocks > 0) {
+    blocks =
+        std::min<long long>(tuning.wgmma_stream_k_blocks, static_cast<long long>(tiles) * k_stages);
   }
 
   // The shared fix-up (kScatter instances): for the fast-copy variants' k-splits when
   // every block is resident at once (one wave, launched cooperatively), at most 16 splits and 64
   // MiB of slices (the workspace holds a [M][N] fp32 slice per split: 16.8 MB on 28672 x 8192 at
-  // M=64, against 2.1 MB for the atomic sums). GPUOPT_W4A16_WGMMA_SCATTER=0 keeps the atomic
-  // partial sums. (Stream-K keeps them: with the shared fix-up on the H200, 8192 x 28672 was no
-  // faster at M=64 and 1.1-2.1 us slower at M=32; its tiles' pieces end at different times.)
+  // M=64, against 2.1 MB for the atomic sums). W4A16Tuning::wgmma_shared_fixup = false keeps the
+  // atomic partial sums. (Stream-K keeps them: with the shared fix-up on the H200, 8192 x 28672 was
+  // no faster at M=64 and 1.1-2.1 us slower at M=32; its tiles' pieces end at different times.)
   int scatter_slots = 0;
   int cooperative = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
   if (!stream_k && splits > 1 && splits <= 16 && variant >= 7 && blocks <= slots &&
       scatter_counters_offset(splits, m, w.n) <= (std::size_t{64} << 20) && cooperative != 0 &&
-      env_int("GPUOPT_W4A16_WGMMA_SCATTER", 1) != 0) {
+      tuning.wgmma_shared_fixup) {
     // Its own kernel instance (kScatter): the same shared memory, and as many blocks per SM, or
     // the one wave would not be resident at once.
     const WgmmaVariant scatter_kernel = wgmma_variant_for(w.type, w.has_zeros, variant, true);

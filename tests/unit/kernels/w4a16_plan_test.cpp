@@ -41,11 +41,11 @@ TEST(W4A16PlanTest, StoringAPlanLeavesTheOtherKernelsFieldsAlone) {
   W4A16Config config;
   config.m_tiles = 4;
   config.swapped = true;
-  config.pipeline = 2;
+  config.pipeline = W4A16Pipeline::kBulkK128;
   store_plan(KernelPlan{}, config);
   EXPECT_EQ(config.m_tiles, 4);
   EXPECT_TRUE(config.swapped);
-  EXPECT_EQ(config.pipeline, 2);
+  EXPECT_EQ(config.pipeline, W4A16Pipeline::kBulkK128);
   EXPECT_EQ(config.kernel_flags, 0);
 }
 
@@ -68,6 +68,86 @@ TEST(W4A16PlanTest, PartitionTakeoverFallsWithTheShareOfSms) {
   EXPECT_EQ(partition_takeover_m(17, 40, 132), 17);  // no wgmma kernel
   EXPECT_EQ(partition_takeover_m(17, 16, 132), 9);
   EXPECT_EQ(partition_takeover_m(33, 20, 24), 33);  // another GPU: the share decides, 0.83
+}
+
+// Every path and pipeline name parses back to its value; a bad name is refused with the valid ones.
+TEST(W4A16OptionsTest, NamesRoundTrip) {
+  for (const W4A16ForcePath path :
+       {W4A16ForcePath::kAuto, W4A16ForcePath::kTensorCore, W4A16ForcePath::kDequantCublas,
+        W4A16ForcePath::kXRows, W4A16ForcePath::kSwapped, W4A16ForcePath::kDirect,
+        W4A16ForcePath::kWgmma}) {
+    const StatusOr<W4A16ForcePath> back = parse_w4a16_force_path(w4a16_force_path_name(path));
+    ASSERT_TRUE(back.ok()) << w4a16_force_path_name(path);
+    EXPECT_EQ(*back, path);
+  }
+  EXPECT_EQ(w4a16_force_path_name(W4A16ForcePath::kDequantCublas), "dequant-cublas");
+  const StatusOr<W4A16ForcePath> bad = parse_w4a16_force_path("5");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'5'"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("wgmma"), std::string::npos) << bad.status().message();
+
+  for (const W4A16Pipeline pipeline :
+       {W4A16Pipeline::kCpAsync, W4A16Pipeline::kBulk, W4A16Pipeline::kBulkK128,
+        W4A16Pipeline::kBulkRing, W4A16Pipeline::kBulkK128Ring,
+        W4A16Pipeline::kBulkK128TwoWarpsK}) {
+    const StatusOr<W4A16Pipeline> back = parse_w4a16_pipeline(w4a16_pipeline_name(pipeline));
+    ASSERT_TRUE(back.ok()) << w4a16_pipeline_name(pipeline);
+    EXPECT_EQ(*back, pipeline);
+  }
+  EXPECT_FALSE(parse_w4a16_pipeline("").ok());
+  EXPECT_FALSE(parse_w4a16_pipeline("Bulk").ok());
+}
+
+// The options' own range checks: the defaults pass, and each field out of range is named.
+TEST(W4A16OptionsTest, OutOfRangeFieldsAreNamed) {
+  EXPECT_TRUE(check_w4a16_options(W4A16Options{}).ok());
+  const auto refused = [](const W4A16Options& options, const std::string& field) {
+    const Status status = check_w4a16_options(options);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(status.message().find(field), std::string::npos) << status.message();
+  };
+  W4A16Options options;
+  options.fallback_min_m = -2;
+  refused(options, "fallback_min_m=-2");
+  options = {};
+  options.force_path = static_cast<W4A16ForcePath>(17);
+  refused(options, "force_path=17");
+  options = {};
+  options.force_blocks = -1;
+  refused(options, "force_blocks=-1");
+  options = {};
+  options.sm_count = -4;
+  refused(options, "sm_count=-4");
+  options = {};
+  options.tuning.pipeline = static_cast<W4A16Pipeline>(9);
+  refused(options, "pipeline=9");
+  options = {};
+  options.tuning.direct_slices = -1;
+  refused(options, "direct_slices=-1");
+  options = {};
+  options.tuning.direct_slice_blocks = -3;
+  refused(options, "direct_slice_blocks=-3");
+  options = {};
+  options.tuning.direct_blocks_per_sm = -1;
+  refused(options, "direct_blocks_per_sm=-1");
+  options = {};
+  options.tuning.wgmma_variant = 10;
+  refused(options, "wgmma_variant=10");
+  options = {};
+  options.tuning.wgmma_splits = -2;
+  refused(options, "wgmma_splits=-2");
+  options = {};
+  options.tuning.wgmma_stream_k_blocks = -5;
+  refused(options, "wgmma_stream_k_blocks=-5");
+  // In range: 0 means "the planner's choice" everywhere, and positive values are overrides.
+  options = {};
+  options.fallback_min_m = 0;
+  options.force_path = W4A16ForcePath::kWgmma;
+  options.tuning.direct_slices = 3;
+  options.tuning.wgmma_variant = 9;
+  options.tuning.wgmma_splits = 64;
+  EXPECT_TRUE(check_w4a16_options(options).ok());
 }
 
 }  // namespace
