@@ -2,8 +2,7 @@
 # The Hopper wgmma W4A16 kernel (--force-path wgmma) against cuBLAS fp16 and the default path at
 # M = 32..256 on the two Llama-3-70B shapes: JSON to $OUT/gemm_wgmma_*.json, one RESULT line per
 # (shape, M): gpuopt fp16 us, cuBLAS fp16 us, speedup, config. GEMM_WGMMA_FLAGS, when set, is added
-# to every forced run (e.g. "--wgmma-variant 8 --wgmma-splits 4"); the path5_old rows add
-# --wgmma-old-variants (the per-M variant choice before the fast-copy variants 7-9).
+# to every forced run (e.g. "--wgmma-variant 8 --wgmma-splits 4").
 # GEMM_WGMMA_SWEEP=1 adds a sweep of the default variants (7: 32 tokens at M=32, 8: 64 tokens at
 # M=64, 9: 128 tokens at M=128,256) over forced k-splits, stopping after GEMM_WGMMA_BUDGET_S seconds
 # (default 100).
@@ -42,10 +41,6 @@ PY
 for shape in k8192_n28672 k28672_n8192; do
   # shellcheck disable=SC2086 # GEMM_WGMMA_FLAGS is a list of flags
   bench path5 "$shape" 32,64,128,256 --force-path wgmma ${GEMM_WGMMA_FLAGS:-}
-  # The per-M variants before the fast-copy ones (4/3/2 instead of 7/8/9), for an A/B in one run.
-  # shellcheck disable=SC2086
-  bench path5_old "$shape" 32,64,128,256 --force-path wgmma --wgmma-old-variants \
-    ${GEMM_WGMMA_FLAGS:-}
   if [ "${GEMM_WGMMA_SWEEP:-0}" != 1 ]; then
     bench default "$shape" 32,64,128,256
   fi

@@ -214,13 +214,10 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
     }
   };
 
-  // Hopper: warp 0 fills a stage with one bulk copy per contiguous chunk (a strip's k16 tiles,
-  // an x row, a group row of scales or zeros); weights land strip-major ([strip][tile][lane]).
-  // kBulk 1: a block barrier per stage protects a slot until every warp has read it; kBulk 2:
-  // each warp arrives on empty[slot] instead and the warp that refills the slot (a different one
-  // each stage) alone waits for that, so the others run ahead.
+  // kBulk (Hopper): warp 0 fills a stage with one bulk copy per contiguous chunk (a strip's k16
+  // tiles, an x row, a group row of scales or zeros); weights land strip-major
+  // ([strip][tile][lane]); a block barrier per stage protects a slot until every warp has read it.
   __shared__ __align__(8) std::uint64_t full[kBulk ? kStages : 1];
-  __shared__ __align__(8) std::uint64_t empty[kBulk == 2 ? kStages : 1];
   auto load_stage_bulk = [&](const Position& p, int slot) {
     const int k0 = p.kk * kStageK;
     unsigned char* base = stage_base(slot);
@@ -550,10 +547,8 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
   // Prologue: kStages-1 stages in flight before the first compute.
   Position load_position = position_of(begin);
   Position compute_position = load_position;
-  constexpr int kWarps = G::kThreads / 32;
   if constexpr (kBulk) {
     if (thread < kStages) barrier_init(&full[thread], 1);
-    if (kBulk == 2 && thread < kStages) barrier_init(&empty[thread], kWarps);
     __syncthreads();
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -575,28 +570,15 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
   int segment_start = begin;
   int read_slot = 0;
   int write_slot = kStages - 1;
-  std::uint32_t phases = 0;        // bulk: bit s = parity of slot s's next fill
-  std::uint32_t empty_phases = 0;  // kBulk 2: bit s = parity of slot s's next release
+  std::uint32_t phases = 0;  // bulk: bit s = parity of slot s's next fill
   for (int it = begin; it < end; ++it) {
-    if constexpr (kBulk == 1) {
+    if constexpr (kBulk) {
       barrier_wait(&full[read_slot], (phases >> read_slot) & 1u);
       phases ^= 1u << read_slot;
       // Every warp is done with write_slot (read last iteration) before it is refilled.
       __syncthreads();
       if (it + kStages - 1 < end) {
         if (warp == 0) load_stage_bulk(load_position, write_slot);
-        advance(load_position);
-      }
-    } else if constexpr (kBulk == 2) {
-      barrier_wait(&full[read_slot], (phases >> read_slot) & 1u);
-      phases ^= 1u << read_slot;
-      if (it + kStages - 1 < end) {
-        const bool issuer = warp == (it - begin) % kWarps;
-        if (it > begin) {  // write_slot was read in the previous iteration
-          if (issuer) barrier_wait(&empty[write_slot], (empty_phases >> write_slot) & 1u);
-          empty_phases ^= 1u << write_slot;
-        }
-        if (issuer) load_stage_bulk(load_position, write_slot);
         advance(load_position);
       }
     } else {
@@ -610,10 +592,6 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
     }
     write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
     compute_stage(compute_position.kk, read_slot);
-    if constexpr (kBulk == 2) {
-      __syncwarp();
-      if (lane == 0) barrier_arrive(&empty[read_slot]);
-    }
     read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
     if (compute_position.kk + 1 == ipt || it + 1 == end) {
       flush(compute_position, it + 1 - segment_start);
@@ -623,7 +601,7 @@ __global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
     }
     advance(compute_position);
   }
-  if constexpr (kBulk == 0) copy_async_wait<0>();
+  if constexpr (!kBulk) copy_async_wait<0>();
 }
 
 // ---- helpers for the other paths ----
@@ -713,34 +691,20 @@ Variant make_variant() {
 
 // x-rows kernel: stages per m-tile count, 2 blocks/SM fit for 1-2 m-tiles, one deep pipeline
 // for 4. Swapped (weights as A) kernel for small M: 8, 16 or 32 rows a block, and at most ~97 KB
-// of shared memory up to 16 rows so that sm_86/89 can run it too. pipeline (swapped, M <= 16
-// only): 0 = cp.async by every thread; Hopper bulk copies with 1 = a block barrier per stage,
-// 2 = the same with 128-k stages, 3 = per-slot release barriers, 4 = the same with 128-k stages
-// (the 4-strip-wide kernel; the narrow one has 3 for any pipeline > 0); 5 = 2 with 2 warps along
-// K per strip (256 threads, 2 blocks/SM).
+// of shared memory up to 16 rows so that sm_86/89 can run it too; with `bulk_k128` (the 4-strip-
+// wide kernel at M <= 16 only) Hopper bulk copies into 128-k stages, a block barrier per stage.
 template <typename T>
-Variant select_variant(bool swapped, int m_tiles, bool wide, int pipeline) {
+Variant select_variant(bool swapped, int m_tiles, bool wide, bool bulk_k128) {
   if (swapped) {
     if (wide) {
       // 4 warps, each all four k16 tiles of a stage (the per-stage work amortised over 4 tiles),
       // 4 blocks (16 warps) per SM with 3 stages in flight each.
-      if (pipeline == 1 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4, 4, 1>();
-      if (pipeline == 1 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3, 4, 1>();
-      if (pipeline == 2 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 3, 3, 8, 1>();
-      if (pipeline == 2 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 3, 3, 8, 1>();
-      if (pipeline == 3 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4, 4, 2>();
-      if (pipeline == 3 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3, 4, 2>();
-      if (pipeline == 4 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 3, 3, 8, 2>();
-      if (pipeline == 4 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 3, 3, 8, 2>();
-      // Not measured or tested on a GPU yet (only when W4A16Tuning::pipeline asks): 128-k stages
-      // split over 2 warps along K, so 16 warps per SM at <= 128 registers.
-      if (pipeline == 5 && m_tiles == 1) return make_variant<T, true, 4, 2, 1, 4, 2, 8, 1>();
+      if (bulk_k128 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 3, 3, 8, 1>();
+      if (bulk_k128 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 3, 3, 8, 1>();
       if (m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4>();
       if (m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3>();
       return make_variant<T, true, 4, 2, 4, 6, 1>();
     }
-    if (pipeline >= 1 && m_tiles == 1) return make_variant<T, true, 1, 4, 1, 7, 2, 4, 2>();
-    if (pipeline >= 1 && m_tiles == 2) return make_variant<T, true, 1, 4, 2, 6, 2, 4, 2>();
     if (m_tiles == 1) return make_variant<T, true, 1, 4, 1, 7, 2>();
     if (m_tiles == 2) return make_variant<T, true, 1, 4, 2, 6, 2>();
     return make_variant<T, true, 1, 4, 4, 6, 1>();
@@ -755,35 +719,36 @@ Variant select_variant(bool swapped, int m_tiles, bool wide, int pipeline) {
   return make_variant<T, false, 1, 4, 4, 6, 1>();
 }
 
-Variant variant_for(ActivationType type, bool swapped, int m_tiles, bool wide, int pipeline = 0) {
+Variant variant_for(ActivationType type, bool swapped, int m_tiles, bool wide,
+                    W4A16Pipeline pipeline = W4A16Pipeline::kCpAsync) {
+  const bool bulk_k128 = pipeline == W4A16Pipeline::kBulkK128;
   return type == ActivationType::kFloat16
-             ? select_variant<__half>(swapped, m_tiles, wide, pipeline)
-             : select_variant<__nv_bfloat16>(swapped, m_tiles, wide, pipeline);
+             ? select_variant<__half>(swapped, m_tiles, wide, bulk_k128)
+             : select_variant<__nv_bfloat16>(swapped, m_tiles, wide, bulk_k128);
 }
 
 // The swapped kernel's copy pipeline on this device (W4A16Config::pipeline). Bulk copies need
-// sm_90 code (not PTX JIT'd from an older arch); 128-k stages need K % 128 == 0 and groups of a
-// multiple of 64 (a stage then spans at most two groups). Default: 2 (bulk, 128-k stages) at M = 1
-// on large layers, where the H200 measured 3-5 % less time than cp.async; cp.async elsewhere
-// (bulk was slower at M = 8 and 16, and is unmeasured on small layers; docs/w4a16-gemm.md).
-// W4A16Tuning::pipeline picks one, to compare them.
-StatusOr<int> swapped_pipeline(const W4A16DeviceWeights& w, int m, int m_tiles, bool wide,
-                               int device, const W4A16Tuning& tuning) {
+// sm_90 code (not PTX JIT'd from an older arch) and, in their 128-k stages, the 4-strip-wide kernel
+// with K % 128 == 0 and groups of a multiple of 64 (a stage then spans at most two groups), at
+// M <= 16. Default: bulk at M = 1 on large layers, where the H200 measured 3-5 % less time than
+// cp.async; cp.async elsewhere (bulk was slower at M = 8 and 16, and is unmeasured on small
+// layers; docs/w4a16-gemm.md). W4A16Tuning::pipeline picks one where it applies, to compare them.
+StatusOr<W4A16Pipeline> swapped_pipeline(const W4A16DeviceWeights& w, int m, int m_tiles, bool wide,
+                                         int device, const W4A16Tuning& tuning) {
   int major = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  if (major < 9 || m_tiles > 2) return 0;
+  if (major < 9 || m_tiles > 2) return W4A16Pipeline::kCpAsync;
   const bool k128 = wide && w.k % 128 == 0 && w.group_size % 64 == 0;
   const bool large = static_cast<long long>(w.k) * w.n >= (1ll << 27);
-  int pipeline = m == 1 && k128 && large ? 2 : 0;
-  if (tuning.pipeline) pipeline = static_cast<int>(*tuning.pipeline);
-  if (!k128 && (pipeline == 2 || pipeline == 4)) --pipeline;
-  if (pipeline == 5 && (!k128 || m_tiles != 1)) pipeline = k128 ? 2 : 1;  // 16 rows would spill
-  if (pipeline > 0) {
+  W4A16Pipeline pipeline = tuning.pipeline.value_or(
+      m == 1 && k128 && large ? W4A16Pipeline::kBulkK128 : W4A16Pipeline::kCpAsync);
+  if (!k128) pipeline = W4A16Pipeline::kCpAsync;
+  if (pipeline != W4A16Pipeline::kCpAsync) {
     cudaFuncAttributes attributes{};
     GPUOPT_CUDA_TRY(cudaFuncGetAttributes(
         &attributes, reinterpret_cast<const void*>(
                          variant_for(w.type, true, m_tiles, wide, pipeline).function)));
-    if (attributes.binaryVersion < 90) pipeline = 0;
+    if (attributes.binaryVersion < 90) pipeline = W4A16Pipeline::kCpAsync;
   }
   return pipeline;
 }
@@ -908,12 +873,10 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   config.m_tiles = m_tiles;
   config.swapped = swapped;
   if (swapped) {
-    GPUOPT_ASSIGN_OR_RETURN(const int pipeline,
+    GPUOPT_ASSIGN_OR_RETURN(config.pipeline,
                             swapped_pipeline(w, m, m_tiles, wide, device, options.tuning));
-    config.pipeline = static_cast<W4A16Pipeline>(pipeline);
   }
-  const Variant variant =
-      variant_for(w.type, swapped, config.m_tiles, wide, static_cast<int>(config.pipeline));
+  const Variant variant = variant_for(w.type, swapped, config.m_tiles, wide, config.pipeline);
   config.block_m = variant.rows;
   config.block_n = variant.warps_n * kTileN;
   config.threads = variant.threads;
@@ -1229,9 +1192,8 @@ Status W4A16Gemm::run(StreamHandle stream) {
   params.n_blocks = w.n / config_.block_n;
   params.total_iterations = config_.iterations;
   params.splits = config_.splits;
-  const Variant variant =
-      variant_for(w.type, config_.swapped, config_.m_tiles, config_.block_n == 4 * kTileN,
-                  static_cast<int>(config_.pipeline));
+  const Variant variant = variant_for(w.type, config_.swapped, config_.m_tiles,
+                                      config_.block_n == 4 * kTileN, config_.pipeline);
   params.iterations_per_tile = w.k / variant.stage_k;
   variant.function<<<config_.blocks, variant.threads, variant.shared_bytes, stream>>>(params);
   GPUOPT_CUDA_TRY_LAUNCH();

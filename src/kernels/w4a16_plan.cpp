@@ -20,13 +20,9 @@ constexpr std::array<std::pair<W4A16ForcePath, std::string_view>, 7> kForcePathN
     {W4A16ForcePath::kWgmma, "wgmma"},
 }};
 
-constexpr std::array<std::pair<W4A16Pipeline, std::string_view>, 6> kPipelineNames = {{
+constexpr std::array<std::pair<W4A16Pipeline, std::string_view>, 2> kPipelineNames = {{
     {W4A16Pipeline::kCpAsync, "cp-async"},
-    {W4A16Pipeline::kBulk, "bulk"},
     {W4A16Pipeline::kBulkK128, "bulk-k128"},
-    {W4A16Pipeline::kBulkRing, "bulk-ring"},
-    {W4A16Pipeline::kBulkK128Ring, "bulk-k128-ring"},
-    {W4A16Pipeline::kBulkK128TwoWarpsK, "bulk-k128-2wk"},
 }};
 
 template <typename Enum, std::size_t kCount>
@@ -106,9 +102,9 @@ Status check_w4a16_options(const W4A16Options& options) {
       non_negative("Tuning::direct_slice_blocks", tuning.direct_slice_blocks, "SMs / slices"));
   GPUOPT_RETURN_IF_ERROR(
       non_negative("Tuning::direct_blocks_per_sm", tuning.direct_blocks_per_sm, "the occupancy"));
-  if (tuning.wgmma_variant && (*tuning.wgmma_variant < 0 || *tuning.wgmma_variant > 9)) {
+  if (tuning.wgmma_variant && (*tuning.wgmma_variant < 7 || *tuning.wgmma_variant > 9)) {
     return invalid_argument(
-        fmt::format("W4A16Tuning::wgmma_variant={}: must be 0..9", *tuning.wgmma_variant));
+        fmt::format("W4A16Tuning::wgmma_variant={}: must be 7, 8 or 9", *tuning.wgmma_variant));
   }
   GPUOPT_RETURN_IF_ERROR(
       non_negative("Tuning::wgmma_splits", tuning.wgmma_splits, "the wave-fill choice"));

@@ -14,21 +14,7 @@ std::string_view activation_type_name(ActivationType type) {
 namespace {
 // The swapped kernel's copy pipeline (W4A16Config::pipeline) as the config column shows it.
 const char* pipeline_name(W4A16Pipeline pipeline) {
-  switch (pipeline) {
-    case W4A16Pipeline::kBulk:
-      return " bulk";
-    case W4A16Pipeline::kBulkK128:
-      return " bulk k128";
-    case W4A16Pipeline::kBulkRing:
-      return " bulk ring";
-    case W4A16Pipeline::kBulkK128Ring:
-      return " bulk k128 ring";
-    case W4A16Pipeline::kBulkK128TwoWarpsK:
-      return " bulk k128 2wk";
-    case W4A16Pipeline::kCpAsync:
-      break;
-  }
-  return "";
+  return pipeline == W4A16Pipeline::kBulkK128 ? " bulk k128" : "";
 }
 }  // namespace
 

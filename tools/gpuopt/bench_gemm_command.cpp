@@ -110,8 +110,7 @@ GPUOPT_REGISTER_COMMAND("bench", 70, [](CLI::App& parent, int& exit_code) {
                       "(default), 0 = never");
   // W4A16Tuning: overrides of the kernels' own plans, for A/B runs.
   command->add_option("--pipeline", args->pipeline,
-                      "swapped kernel's copy pipeline: auto (default), cp-async, bulk, bulk-k128, "
-                      "bulk-ring, bulk-k128-ring or bulk-k128-2wk");
+                      "swapped kernel's copy pipeline: auto (default), cp-async or bulk-k128");
   command->add_option(
       "--direct-fragment-partials", args->direct_fragment_partials,
       "direct kernel's partials in the fragment layout: auto (from M = 3), on, off");
@@ -128,11 +127,10 @@ GPUOPT_REGISTER_COMMAND("bench", 70, [](CLI::App& parent, int& exit_code) {
   command->add_option("--direct-blocks-per-sm", args->gemm.gemm.tuning.direct_blocks_per_sm,
                       "direct kernel, streamed x: blocks per SM (0 = the occupancy)");
   command->add_option("--wgmma-variant", args->wgmma_variant,
-                      "wgmma kernel's template instance (default: by M)");
+                      "wgmma kernel's template instance: 7 (32 tokens), 8 (64), 9 (128) "
+                      "(default: by M)");
   command->add_option("--wgmma-splits", args->gemm.gemm.tuning.wgmma_splits,
                       "wgmma kernel's k-splits per output tile (0 = the wave-fill choice)");
-  command->add_flag("--wgmma-old-variants", args->gemm.gemm.tuning.wgmma_old_variants,
-                    "wgmma kernel: the per-M variants before the fast-copy ones");
   command->add_option("--wgmma-stream-k", args->wgmma_stream_k,
                       "wgmma kernel's stream-K schedule: auto (default), on, off");
   command->add_option("--wgmma-stream-k-blocks", args->gemm.gemm.tuning.wgmma_stream_k_blocks,

@@ -102,19 +102,10 @@ std::string_view w4a16_force_path_name(W4A16ForcePath path);
 // The inverse of w4a16_force_path_name; INVALID_ARGUMENT naming the value and the valid names.
 StatusOr<W4A16ForcePath> parse_w4a16_force_path(std::string_view name);
 
-// The swapped kernel's copy pipeline: cp.async by every thread, or Hopper bulk copies issued by one
-// warp with a block barrier per stage (kBulk), the same with 128-k stages (kBulkK128), per-slot
-// release barriers instead of the block barrier (kBulkRing, kBulkK128Ring), or 128-k stages split
-// over two warps along K (kBulkK128TwoWarpsK: not yet run on a GPU).
-enum class W4A16Pipeline {
-  kCpAsync,
-  kBulk,
-  kBulkK128,
-  kBulkRing,
-  kBulkK128Ring,
-  kBulkK128TwoWarpsK
-};
-// "cp-async", "bulk", "bulk-k128", "bulk-ring", "bulk-k128-ring", "bulk-k128-2wk".
+// The swapped kernel's copy pipeline: cp.async by every thread, or Hopper bulk copies into 128-k
+// stages issued by one warp, with a block barrier per stage (kBulkK128).
+enum class W4A16Pipeline { kCpAsync, kBulkK128 };
+// "cp-async", "bulk-k128".
 std::string_view w4a16_pipeline_name(W4A16Pipeline pipeline);
 StatusOr<W4A16Pipeline> parse_w4a16_pipeline(std::string_view name);
 
@@ -146,9 +137,8 @@ struct W4A16Config {
 // runs; a value out of range is INVALID_ARGUMENT in workspace_size() / initialize(), naming it.
 struct W4A16Tuning {
   // The swapped kernel's copy pipeline (unset: bulk 128-k stages at M = 1 on layers of K x N >=
-  // 2^27 where the device has sm_90 code, cp.async elsewhere). Without 128-k stages (K % 128 or
-  // groups not a multiple of 64) a 128-k pipeline drops to its 64-k form; the two-warps form falls
-  // back where it does not apply; no sm_90 code: cp.async.
+  // 2^27 where the device has sm_90 code, cp.async elsewhere). Bulk copies apply only with sm_90
+  // code, N % 256 == 0, K % 128 == 0 and groups of a multiple of 64; elsewhere cp.async runs.
   std::optional<W4A16Pipeline> pipeline;
   // Direct kernel: the partial strips in the mma fragment layout (16-byte reductions) or the row
   // layout (4-byte reductions of the M real rows). Unset: the fragment layout from M = 3.
@@ -165,13 +155,11 @@ struct W4A16Tuning {
   int direct_slice_blocks = 0;
   // Direct kernel, streamed x: blocks per SM, at most the occupancy (0: the occupancy).
   int direct_blocks_per_sm = 0;
-  // wgmma kernel: the template instance (unset: by M) and the k-splits per output tile (0: the
-  // wave-fill choice; more than K / 64 is cut to K / 64). Forcing the splits turns the automatic
-  // stream-K off.
+  // wgmma kernel: the template instance, 7 (32 tokens), 8 (64) or 9 (128) (unset: by M), and the
+  // k-splits per output tile (0: the wave-fill choice; more than K / 64 is cut to K / 64). Forcing
+  // the splits turns the automatic stream-K off.
   std::optional<int> wgmma_variant;
   int wgmma_splits = 0;
-  // wgmma kernel: the per-M variants used before the fast-copy forms (4 / 3 / 2 for 7 / 8 / 9).
-  bool wgmma_old_variants = false;
   // wgmma kernel: stream-K (one wave, each block an equal run of (tile, k-stage) units). Unset:
   // where the k-splits leave the wave under-filled (32- and 64-token tiles, >= 12 stages a block).
   std::optional<bool> wgmma_stream_k;

@@ -87,16 +87,13 @@ TEST(W4A16OptionsTest, NamesRoundTrip) {
   EXPECT_NE(bad.status().message().find("'5'"), std::string::npos) << bad.status().message();
   EXPECT_NE(bad.status().message().find("wgmma"), std::string::npos) << bad.status().message();
 
-  for (const W4A16Pipeline pipeline :
-       {W4A16Pipeline::kCpAsync, W4A16Pipeline::kBulk, W4A16Pipeline::kBulkK128,
-        W4A16Pipeline::kBulkRing, W4A16Pipeline::kBulkK128Ring,
-        W4A16Pipeline::kBulkK128TwoWarpsK}) {
+  for (const W4A16Pipeline pipeline : {W4A16Pipeline::kCpAsync, W4A16Pipeline::kBulkK128}) {
     const StatusOr<W4A16Pipeline> back = parse_w4a16_pipeline(w4a16_pipeline_name(pipeline));
     ASSERT_TRUE(back.ok()) << w4a16_pipeline_name(pipeline);
     EXPECT_EQ(*back, pipeline);
   }
   EXPECT_FALSE(parse_w4a16_pipeline("").ok());
-  EXPECT_FALSE(parse_w4a16_pipeline("Bulk").ok());
+  EXPECT_FALSE(parse_w4a16_pipeline("bulk").ok());  // the 64-k bulk form is gone
 }
 
 // The options' own range checks: the defaults pass, and each field out of range is named.
@@ -134,6 +131,8 @@ TEST(W4A16OptionsTest, OutOfRangeFieldsAreNamed) {
   options = {};
   options.tuning.wgmma_variant = 10;
   refused(options, "wgmma_variant=10");
+  options.tuning.wgmma_variant = 4;  // a removed variant
+  refused(options, "wgmma_variant=4");
   options = {};
   options.tuning.wgmma_splits = -2;
   refused(options, "wgmma_splits=-2");
