@@ -932,12 +932,11 @@ StatusOr<W4A16DeviceWeights> W4A16DeviceWeights::upload(const W4A16Weights& weig
   out.group_size = weights.group_size;
   out.type = weights.type;
   out.has_zeros = weights.has_zeros;
-  out.owns_ = true;
   auto copy = [&](const void* host, std::size_t bytes, const void*& device) -> Status {
-    void* pointer = nullptr;
-    GPUOPT_CUDA_TRY(cudaMalloc(&pointer, bytes));
-    device = pointer;
-    GPUOPT_CUDA_TRY(cudaMemcpyAsync(pointer, host, bytes, cudaMemcpyHostToDevice, stream));
+    GPUOPT_ASSIGN_OR_RETURN(runtime::DeviceBuffer buffer, runtime::DeviceBuffer::allocate(bytes));
+    GPUOPT_RETURN_IF_ERROR(buffer.copy_from_host(host, bytes, stream));
+    device = buffer.data();
+    out.buffers_.push_back(std::move(buffer));
     return ok_status();
   };
   GPUOPT_RETURN_IF_ERROR(copy(weights.tiles.data(), weights.tiles.size() * 4, out.tiles));
@@ -959,7 +958,6 @@ W4A16DeviceWeights::W4A16DeviceWeights(W4A16DeviceWeights&& other) noexcept {
 
 W4A16DeviceWeights& W4A16DeviceWeights::operator=(W4A16DeviceWeights&& other) noexcept {
   if (this != &other) {
-    release();
     k = other.k;
     n = other.n;
     group_size = other.group_size;
@@ -969,23 +967,14 @@ W4A16DeviceWeights& W4A16DeviceWeights::operator=(W4A16DeviceWeights&& other) no
     scales = other.scales;
     zeros = other.zeros;
     perm = other.perm;
-    owns_ = other.owns_;
+    buffers_ = std::move(other.buffers_);  // frees this one's own buffers first
     other.tiles = other.scales = other.zeros = other.perm = nullptr;
-    other.owns_ = false;
+    other.buffers_.clear();
   }
   return *this;
 }
 
-W4A16DeviceWeights::~W4A16DeviceWeights() { release(); }
-
-void W4A16DeviceWeights::release() {
-  if (!owns_) return;
-  for (const void* pointer : {tiles, scales, zeros, perm}) {
-    if (pointer != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(const_cast<void*>(pointer)));
-  }
-  tiles = scales = zeros = perm = nullptr;
-  owns_ = false;
-}
+W4A16DeviceWeights::~W4A16DeviceWeights() = default;
 
 std::size_t W4A16DeviceWeights::compressed_bytes() const {
   const std::size_t groups = static_cast<std::size_t>(k / group_size);

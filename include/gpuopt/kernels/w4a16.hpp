@@ -14,6 +14,7 @@
 
 #include "gpuopt/core/status.hpp"
 #include "gpuopt/kernels/quant_formats.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 struct CUstream_st;  // cudaStream_t without including CUDA headers
 
@@ -61,7 +62,8 @@ std::vector<float> w4a16_reference(const W4A16Weights& weights, const std::uint1
 
 // ---- GPU ----
 
-// Device copy of W4A16Weights (owns its buffers).
+// Device copy of W4A16Weights: upload() makes one that owns its buffers; one whose pointers are
+// set by hand (memory owned elsewhere) owns nothing.
 class W4A16DeviceWeights {
  public:
   static StatusOr<W4A16DeviceWeights> upload(const W4A16Weights& weights, StreamHandle stream);
@@ -82,8 +84,8 @@ class W4A16DeviceWeights {
   std::size_t compressed_bytes() const;
 
  private:
-  void release();
-  bool owns_ = false;
+  // The memory behind tiles, scales, zeros and perm when upload() made it.
+  std::vector<runtime::DeviceBuffer> buffers_;
 };
 
 enum class W4A16Path { kTensorCore, kDequantCublas };
