@@ -254,8 +254,8 @@ class ShapeTestcase : public Testcase {
     GPUOPT_ASSIGN_OR_RETURN(const DeviceBuffer sink, allocate(sizeof(unsigned)));
     const std::size_t tile_bytes = static_cast<std::size_t>(k) * n / 2;
     // warps_per_sm 0: full occupancy (the anchor); 16: the direct kernel's occupancy, what a kernel
-    // whose registers allow no more warps could read (H200, run 40: 32.0 against 30.1 us on
-    // 8192 x 28672; docs/PERFORMANCE.md).
+    // whose registers allow no more warps could read (H200: 32.0 against 30.1 us on 8192 x
+    // 28672; docs/PERFORMANCE.md).
     const auto time_read = [&](int warps_per_sm) {
       return time_us(
           [&](int r) {

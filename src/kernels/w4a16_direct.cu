@@ -748,8 +748,8 @@ std::size_t resident_x_bytes(int m, int pitch) {
 // slice's share), plus (0.6 + 0.15 M) per strip piece it adds into the workspace (the partial sums
 // and their count at the end; a warp whose range is whole strip-slices has the fewest), plus 0.035
 // per KB of x the block copies before its first unit. The weights are fitted by hand to the H200
-// slice sweeps of 2026-11-30 (docs/PERFORMANCE.md, "W4A16 changes and experiments, fifth
-// session"), where neighbouring choices differ by 1-3 %; the fewest slices among the cheapest.
+// slice sweeps of 2026-11-30 (docs/PERFORMANCE.md), where neighbouring choices differ by 1-3 %;
+// the fewest slices among the cheapest.
 struct Slicing {
   int slices = 0, slice_blocks = 0, pitch = 0;
   std::size_t shared = 0;

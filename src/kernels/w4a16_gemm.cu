@@ -768,21 +768,6 @@ struct Plan {
   std::size_t workspace_bytes = 0;
 };
 
-// The direct and wgmma kernels to try, in order; empty = the original kernels. The direct
-// kernel up to 16 rows, the wgmma kernel above (it refuses where there is no sm_90 code; the
-// original kernels run there), both measured faster than the original kernels at every M on the
-// H200; on small layers (K x N <= 2^24) the wgmma kernel from 8 rows (4096 x 4096: 12.3 vs 16.0 us
-// at M = 8, 13.6 vs 19.5 at M = 16; docs/PERFORMANCE.md). Never in deterministic mode (its k-split
-// must not depend on M) or when another path is forced.
-std::vector<W4A16ForcePath> extra_kernels(const W4A16DeviceWeights& w, int m,
-                                          const W4A16Options& options) {
-  if (options.deterministic || options.force_path != W4A16ForcePath::kAuto) return {};
-  const bool small = static_cast<long long>(w.k) * w.n <= (1ll << 24);
-  if (m > 16) return {W4A16ForcePath::kWgmma};
-  if (small && m >= 8) return {W4A16ForcePath::kWgmma, W4A16ForcePath::kDirect};
-  return {W4A16ForcePath::kDirect};
-}
-
 // The device's SM count, after checking W4A16Options::sm_count against it (0, or 1..that count).
 StatusOr<int> device_sms_checked(int device, int sm_count) {
   int sms = 0;
@@ -811,11 +796,7 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
     GPUOPT_ASSIGN_OR_RETURN(fallback_min_m,
                             W4A16Gemm::auto_fallback_min_m(w, device, options.sm_count));
   }
-  bool fallback = fallback_min_m > 0 && m >= fallback_min_m;
-  if (options.deterministic) fallback = false;  // cuBLAS chooses its kernel by M
-  if (options.force_path != W4A16ForcePath::kAuto) {
-    fallback = options.force_path == W4A16ForcePath::kDequantCublas;
-  }
+  bool fallback = takes_fallback(m, fallback_min_m, options);
   std::size_t offset = 0;
   if (w.perm != nullptr) {
     plan.permuted_offset = offset;
@@ -824,13 +805,8 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   int optin = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const bool wide = w.n % (4 * kTileN) == 0;
-  // M <= 16: the swapped kernel (weights as the mma A operand). Deterministic runs always use
-  // the x-rows kernel, so that a row's arithmetic is the same whatever M.
-  bool swapped = m <= 16;
-  if (options.force_path == W4A16ForcePath::kXRows) swapped = false;
-  if (options.force_path == W4A16ForcePath::kSwapped) swapped = true;
-  if (options.deterministic) swapped = false;
-  int m_tiles = swapped ? (m <= 8 ? 1 : m <= 16 ? 2 : 4) : (m <= 16 ? 1 : m <= 32 ? 2 : 4);
+  const bool swapped = swapped_for(m, options);
+  int m_tiles = initial_m_tiles(m, swapped);
   // The deepest m-tiling whose shared memory this GPU allows (Ampere/Ada give a block 99-163 KB,
   // less than the 4-m-tile kernel wants); none fits: the cuBLAS path.
   while (m_tiles > 1 && variant_for(w.type, swapped, m_tiles, wide).shared_bytes >
@@ -848,11 +824,11 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
     return plan;
   }
   config.path = W4A16Path::kTensorCore;
-  // The direct and wgmma kernels: forced, or chosen by M (extra_kernels above).
+  // The direct and wgmma kernels: forced, or chosen by M (kernel_candidates, w4a16_plan.cpp).
   const std::vector<W4A16ForcePath> extras =
       options.force_path == W4A16ForcePath::kDirect || options.force_path == W4A16ForcePath::kWgmma
           ? std::vector<W4A16ForcePath>{options.force_path}
-          : extra_kernels(w, m, options);
+          : kernel_candidates(w.k, w.n, m, options);
   for (const W4A16ForcePath extra : extras) {
     const bool direct = extra == W4A16ForcePath::kDirect;
     StatusOr<w4a16_detail::KernelPlan> kernel_plan =
@@ -894,18 +870,12 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
       &per_sm, variant.function, variant.threads, variant.shared_bytes));
   if (per_sm < 1) return internal_error("W4A16 kernel: occupancy calculator says 0 blocks per SM");
   config.blocks_per_sm = per_sm;
-  // Stream-K: one full wave, each block an equal share of all k-stages of all tiles; at least 4
-  // stages each so the pipeline fills.
-  int blocks = std::min(per_sm * sms, std::max(1, config.iterations / 4));
-  if (options.force_blocks > 0) blocks = std::min(options.force_blocks, config.iterations);
+  int blocks = stream_k_blocks(per_sm, sms, config.iterations, options.force_blocks);
   std::size_t partial_slices = 1;
   if (options.deterministic) {
-    // A fixed k-split per tile from N, K and the SM count only (never M), about two blocks per SM
-    // for one m-block, each split at least 4 stages long. With splits x tiles blocks, the stream-K
-    // partition below gives block b exactly split b % splits of tile b / splits.
-    const int ipt = w.k / kStageK;
-    const int n_tiles = w.n / config.block_n;
-    const int splits = std::clamp((2 * sms + n_tiles / 2) / n_tiles, 1, std::max(1, ipt / 4));
+    // With splits x tiles blocks, the stream-K partition gives block b exactly split b % splits of
+    // tile b / splits.
+    const int splits = deterministic_splits(sms, w.n / config.block_n, w.k / kStageK);
     config.splits = splits;
     blocks = config.tiles * splits;
     partial_slices = static_cast<std::size_t>(splits);
@@ -1012,52 +982,14 @@ Status W4A16Gemm::can_implement(const Arguments& arguments) {
 
 StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, int device,
                                              int sm_count) {
-  // H200, 2026-11-30 06:26 UTC (docs/PERFORMANCE.md, "When cuBLAS takes over"), int4 kernel vs
-  // cuBLAS fp16 in the same run. The wgmma kernel's time is flat inside a token tile (32, 64, 128
-  // tokens), so it loses from the first M of the tile where cuBLAS wins:
-  // - K x N >= 2^27 (8192 x 28672, 28672 x 8192): faster up to M = 128 (1.05-1.11x), 0.78x at 256
-  //   -> cuBLAS from M = 129 (timed in blocks; with the bench's interleaved timing, run 45, M = 128
-  //   is 1.00x / 1.15x, a tie on 8192 x 28672);
-  // - 2^25 <= K x N < 2^27, after the wgmma fix-up and copy changes (2026-11-30 13:49 and 14:10
-  //   UTC, the int4 kernel forced): with K < N, 3584 x 18944 (Qwen2-7B) 1.08x at M = 33, 1.01x
-  //   at 40, 0.96x at 48, and 4096 x 14336 1.13-1.14x at 40, 1.02-1.04x at 48, 0.95-0.96x at 56
-  //   -> from 40; with K >= N (14336 x 4096, 8192 x 8192, 18944 x 3584) at least 1.05x at every
-  //   M up to 64, and since the k-splits' shared fix-up (2026-11-30 18:38 UTC, same call, two
-  //   repetitions) 1.09 / 1.19 / 1.13x at M = 65, 1.06-1.07 / 1.22-1.23 / 1.15-1.16x at 96,
-  //   1.04-1.06 / 1.18-1.19 / 1.14x at 128 (8192 x 8192 back to back 0.99-1.01x there), 0.61 /
-  //   0.74 / 0.70x at 160 -> from 129 (before it, 18944 x 3584 was 0.93x at 65);
-  // - smaller layers: 4096 x 4096 ties cuBLAS at M = 17..32 (int4 15.8-16.4 us vs cuBLAS
-  //   15.6-17.4 over five runs) and loses from 33 (0.91x) -> from 33.
-  // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel, slower
-  // than cuBLAS from M = 32 on the H200 (first session) -> from 17.
   GPUOPT_ASSIGN_OR_RETURN(const int sms, device_sms_checked(device, sm_count));
   const StatusOr<w4a16_detail::KernelPlan> wgmma =
       w4a16_detail::plan_wgmma(weights, 32, device, sms, W4A16Tuning{});
   if (!wgmma.ok() && wgmma.status().code() != StatusCode::kFailedPrecondition) {
     return wgmma.status();
   }
-  const long long size = static_cast<long long>(weights.k) * weights.n;
-  const int whole = !wgmma.ok()           ? 17
-                    : size >= (1ll << 27) ? 129
-                    : size >= (1ll << 25) ? (weights.k >= weights.n ? 129 : 40)
-                                          : 33;
-  // A green-context partition of sm_count SMs (W4A16Options::sm_count). cuBLAS still nearly
-  // saturates HBM on half the H200 (M=1 on 8192 x 28672: 113.9 us on 72 SMs, 111.3 on 132) while
-  // the int4 kernels, bound by their work per SM, slow down with the SMs (M=1: 36.4 us on 132,
-  // 51.5 on 72, 196.5 on 16), so the crossover falls with the partition's share of the SMs.
-  // Measured on partitions of 16 to 104 of 132 SMs (2026-11-30 19:48-19:53 UTC, the int4 kernel
-  // forced against cuBLAS fp16 on the same partition; the defaults then checked on 8 to 120, 8192 x
-  // 28672, 28672 x 8192, 4096 x 14336, 4096 x 4096; docs/PERFORMANCE.md):
-  // - 104 SMs (share 0.79) and 88 (0.67): faster up to M=64 (1.60x / 1.23-1.40x on the 70B
-  //   shapes), but on 8192 x 28672 0.84-0.99x at M=65-96 (104 SMs) and 0.76-0.96x at 65-128 (88):
-  //   its 112 tiles of 128 tokens no longer fit one wave (the whole GPU: 1.03-1.14x there) ->
-  //   from 65, the whole GPU's table only from 90 % of the SMs (112 of 132 would still hold the
-  //   tiles);
-  // - 72 (0.55): faster up to M=64 (1.18-1.21x on the 70B shapes; 4096 x 14336 0.99x at 64),
-  //   0.81-0.85x at 128 -> from 65;
-  // - 48 (0.36): 1.48-1.50x at M=16, 0.99-1.12x at 32 (a tie on 8192 x 28672), 0.84-0.99x at 64;
-  //   32 (0.24): 1.12-1.18x at 16, 0.79-0.91x at 32 -> from 17;
-  // - 16 (0.12): 1.07-1.19x at 8, 0.93-0.99x at 16 -> from 9.
+  // The measured crossovers (w4a16_plan.cpp): the whole GPU's, then a partition's.
+  const int whole = w4a16_detail::whole_gpu_takeover_m(weights.k, weights.n, wgmma.ok());
   return w4a16_detail::partition_takeover_m(whole, sm_count, sms);
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "gpuopt/core/status.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
@@ -63,18 +64,53 @@ inline KernelPlan stored_plan(const W4A16Config& config) {
   return plan;
 }
 
+// ---- host planning without a device (w4a16_plan.cpp; tests/unit/kernels/w4a16_plan_test.cpp) ----
+
+// The kernels beside the original two to try for M rows of a K x N layer, in order (kDirect,
+// kWgmma); empty: the original kernels (deterministic mode, or a forced path).
+std::vector<W4A16ForcePath> kernel_candidates(int k, int n, int m, const W4A16Options& options);
+
+// The M from which cuBLAS takes over on the whole GPU (the measured table; has_wgmma: the wgmma
+// kernel can run here).
+int whole_gpu_takeover_m(int k, int n, bool has_wgmma);
+
 // The M from which cuBLAS takes over on a green-context partition of `sm_count` of the device's
-// `device_sms` SMs (W4A16Options::sm_count), given the whole GPU's `whole` (the measured table in
-// W4A16Gemm::auto_fallback_min_m, which also holds the partition measurements): the int4 kernels
-// are bound by their work per SM there, cuBLAS much less, so the crossover falls with the share.
+// `device_sms` SMs (W4A16Options::sm_count), given the whole GPU's `whole`: the int4 kernels are
+// bound by their work per SM there, cuBLAS much less, so the crossover falls with the share.
 // sm_count <= 0 or >= device_sms: the whole GPU's.
-inline int partition_takeover_m(int whole, int sm_count, int device_sms) {
-  if (sm_count <= 0 || sm_count >= device_sms) return whole;
-  const double share = static_cast<double>(sm_count) / device_sms;
-  if (share >= 0.9) return whole;
-  const int cap = share >= 0.5 ? 65 : share >= 0.2 ? 17 : 9;
-  return whole < cap ? whole : cap;
-}
+int partition_takeover_m(int whole, int sm_count, int device_sms);
+
+// Whether M rows take the dequantise + cuBLAS path, given the resolved takeover M (0 = never).
+bool takes_fallback(int m, int fallback_min_m, const W4A16Options& options);
+
+// The original kernels: whether the weights are the mma A operand (swapped), and the m-tiles a
+// block starts from before shared-memory limits halve them.
+bool swapped_for(int m, const W4A16Options& options);
+int initial_m_tiles(int m, bool swapped);
+
+// The original kernels' stream-K grid: one full wave, each block an equal share of all k-stages of
+// all tiles, at least 4 stages each so the pipeline fills; force_blocks > 0 overrides it (at most
+// one block per stage).
+int stream_k_blocks(int per_sm, int sms, int iterations, int force_blocks);
+
+// Deterministic mode: a fixed k-split per tile from N, K and the SM count only (never M), about two
+// blocks per SM for one m-block, each split at least 4 stages long.
+int deterministic_splits(int sms, int n_tiles, int stages_per_tile);
+
+// The wgmma kernel's k-splits: the best wave fill (blocks / (waves x slots)), ties (within 1 %)
+// going to more splits (finer blocks balance the tail better), stopping at the first near-full
+// wave (>= 95 %); each split at least 4 stages long, and at least 32 when that still gives every
+// SM a block (short splits pay the pipeline fill and the partial-tile atomics too often).
+// Measured on the H200 (2026-11-30, fast-copy variants): 8192x28672 M=64 4 splits 101.8 us vs 7
+// 108.6, M=128 172.0 vs 188.8; 28672x8192 M=32 8 splits 66.2 vs 4 81.6, M=128 4 138.6 vs 2 230.4.
+struct WgmmaSplits {
+  int splits = 1;
+  double fill = 0;  // blocks / (waves x slots) with those splits
+};
+WgmmaSplits choose_wgmma_splits(int tiles, int k_stages, int slots, int sms, int tokens);
+// Whether stream-K suits the wgmma kernel: 32- and 64-token tiles, k-splits that leave more than a
+// tenth of the wave idle, and at least 12 stages a block.
+bool wgmma_stream_k_fits(int tokens, double fill, int tiles, int k_stages, int slots);
 
 // Direct kernel (w4a16_direct.cu), M <= 16: each warp streams its share of the weights through a
 // private cp.async ring (no block barrier in the main loop); x for the block's k-slice sits in

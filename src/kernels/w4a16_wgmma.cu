@@ -642,8 +642,8 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
       // later k-stages are often counted early, by the next block's first segment. If every
       // other piece is counted (their sums landed: each fences before counting), this block is
       // the tile's last and nobody else touches it, so it adds its partial to theirs while
-      // converting, skipping its own reductions, fence and count (H200, eleventh session: M=64
-      // 73.3-73.7 -> 70.8-71.0 us on 8192 x 28672). Not for k-splits, whose pieces all end
+      // converting, skipping its own reductions, fence and count (H200: M=64 73.3-73.7 ->
+      // 70.8-71.0 us on 8192 x 28672). Not for k-splits, whose pieces all end
       // together: there it cost 0.3-1.0 us at M = 32-64 (the look presumably rarely succeeds).
       if (tid == 0) {
         is_last = 0;
@@ -854,40 +854,14 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
                                                                 kernel.shared_bytes));
   if (per_sm < 1) return internal_error("W4A16 wgmma kernel: 0 blocks per SM");
 
-  // k-splits: the best wave fill (blocks / (waves x slots)), ties (within 1 %) going to more
-  // splits (finer blocks balance the tail better), stopping at the first near-full wave (>= 95 %);
-  // each split at least 4 stages long, and at least 32 when that still gives every SM a block
-  // (short splits pay the pipeline fill and the partial-tile atomics too often). Measured on the
-  // H200 (05:00 UTC, fast-copy variants): 8192x28672 M=64 4 splits 101.8 us vs 7 108.6, M=128
-  // 172.0 vs 188.8; 28672x8192 M=32 8 splits 66.2 vs 4 81.6, M=128 4 138.6 vs 2 230.4.
+  // k-splits by wave fill (choose_wgmma_splits, w4a16_plan.cpp).
   const int token_tiles = (m + kernel.tokens - 1) / kernel.tokens;
   const int tiles = column_tiles(w) * token_tiles;
   const int k_stages = w.k / kStageK;
   const int slots = per_sm * sms;
-  int max_splits = std::max(1, std::min(8, k_stages / 4));
-  if (const int long_splits = k_stages / 32;
-      long_splits >= 1 && static_cast<long long>(tiles) * long_splits >= sms) {
-    max_splits = std::min(max_splits, long_splits);
-  }
-  //
-  // 128-token tiles: a split costs a 128 KB fp32 partial tile of atomics, the counter fence and the
-  // last block's read-back, so another split must raise the fill by 20 % and ties go to fewer
-  // (H200, 2026-11-30 06:00 and 06:14 UTC, medians of 10 and 20: 8192x28672 M=128 1 split 128.5
-  // us vs 4 170.4, M=256 1 split 253.1 vs 4 307.1 at 85 % vs 97 % fill; 28672x8192 M=256 2 splits
-  // 250.3 vs 4 259.9; docs/PERFORMANCE.md).
-  const bool costly_fixup = kernel.tokens >= 128;
-  int splits = 1;
-  double best = 0;
-  for (int s = 1; s <= max_splits; ++s) {
-    const long long blocks = static_cast<long long>(tiles) * s;
-    const long long waves = (blocks + slots - 1) / slots;
-    const double efficiency = static_cast<double>(blocks) / static_cast<double>(waves * slots);
-    if (costly_fixup ? efficiency >= 1.2 * best : efficiency >= best - 0.01) {
-      best = std::max(best, efficiency);
-      splits = s;
-    }
-    if (efficiency >= 0.95) break;
-  }
+  const WgmmaSplits chosen = choose_wgmma_splits(tiles, k_stages, slots, sms, kernel.tokens);
+  int splits = chosen.splits;
+  const double best = chosen.fill;
   if (tuning.wgmma_splits > 0) splits = std::min(tuning.wgmma_splits, k_stages);
   // Stream-K: one wave of blocks, each an equal run of the tiles' k-stages laid end to end (so
   // every SM gets the same weight bytes), where the k-splits leave more than a tenth of the wave
@@ -898,8 +872,7 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
   // M=32 (13.6 stages a block) 29.3 vs 33.1 us; on 4096x4096 (3.9 stages a block) slower than
   // cuBLAS at M=32 (19.8 vs 17.2 us).
   // W4A16Tuning::wgmma_stream_k forces it off/on; forced k-splits turn the automatic choice off.
-  const bool stream_k_fits =
-      kernel.tokens <= 64 && best < 0.9 && static_cast<long long>(tiles) * k_stages >= 12LL * slots;
+  const bool stream_k_fits = wgmma_stream_k_fits(kernel.tokens, best, tiles, k_stages, slots);
   const bool stream_k = tuning.wgmma_stream_k.value_or(stream_k_fits && tuning.wgmma_splits <= 0);
 
   long long blocks = stream_k ? std::min<long long>(slots, static_cast<long long>(tiles) * k_stages)
