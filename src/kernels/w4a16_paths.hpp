@@ -1,5 +1,5 @@
-// The W4A16 kernels beside the original two (w4a16_gemm.cu): each file plans its launch for one
-// (weights, M, device) and runs it; W4A16Gemm chooses among them. Internal, host-compilable.
+// The W4A16 paths behind W4A16Gemm (w4a16_gemm.cu): each unit plans its launch for one (weights, M,
+// device) and runs it; W4A16Gemm chooses among them. Internal, host-compilable.
 #pragma once
 
 #include <cstddef>
@@ -112,8 +112,27 @@ WgmmaSplits choose_wgmma_splits(int tiles, int k_stages, int slots, int sms, int
 // tenth of the wave idle, and at least 12 stages a block.
 bool wgmma_stream_k_fits(int tokens, double fill, int tiles, int k_stages, int slots);
 
-// Direct kernel (w4a16_direct.cu), M <= 16: each warp streams its share of the weights through a
-// private cp.async ring (no block barrier in the main loop); x for the block's k-slice sits in
+// Original mma.sync kernels (w4a16_sm80_mma_tiled.cu): x rows as the mma A operand, or the
+// weights (swapped), shared-memory stages, stream-K. tiled_shared_bytes: a block's shared memory
+// (the planner's fit check, m_tiles halved until it fits). plan_tiled fills config's kernel,
+// swap, m-tiles, copy pipeline, block shape, grid and deterministic k-splits, and returns the fp32
+// partial slices [M][N] its workspace needs (then one int counter per tile); run_tiled launches it.
+std::size_t tiled_shared_bytes(ActivationType type, bool swapped, int m_tiles, bool wide);
+StatusOr<int> plan_tiled(const W4A16DeviceWeights& w, int m, bool swapped, int m_tiles, bool wide,
+                         int device, int sms, const W4A16Options& options, W4A16Config& config);
+Status run_tiled(const W4A16Config& config, const W4A16DeviceWeights& w, int m, const void* x,
+                 void* y, void* partial, void* counters, StreamHandle stream);
+
+// Dequantise + cuBLAS (w4a16_dequant_cublas.cu): the dense [N][K] copy of the weights written
+// once, then cublasGemmEx on it; the cuBLAS handle W4A16Gemm keeps as a void*.
+StatusOr<void*> create_cublas_handle();
+void destroy_cublas_handle(void* handle);  // null: nothing; a failure is reported, not returned
+Status dequantize_weights(const W4A16DeviceWeights& w, void* dense, StreamHandle stream);
+Status run_dequantized(void* cublas, const W4A16DeviceWeights& w, int m, const void* x,
+                       const void* dense, void* y, StreamHandle stream);
+
+// Direct kernel (w4a16_sm80_direct.cu), M <= 16: each warp streams its share of the weights through
+// a private cp.async ring (no block barrier in the main loop); x for the block's k-slice sits in
 // shared memory. FAILED_PRECONDITION when it does not apply (M or shared memory), naming why.
 // `tuning`: the direct_* overrides.
 StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device, int sms,
@@ -121,8 +140,8 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device,
 Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x,
                   void* y, void* workspace, StreamHandle stream);
 
-// Hopper wgmma kernel (w4a16_wgmma.cu), larger M. FAILED_PRECONDITION when not sm_90 code or the
-// shape does not fit, naming why. Both plans take `sms`, the SMs to plan the grid for (the
+// Hopper wgmma kernel (w4a16_sm90_wgmma.cu), larger M. FAILED_PRECONDITION when not sm_90 code or
+// the shape does not fit, naming why. Both plans take `sms`, the SMs to plan the grid for (the
 // device's, or a partition's: W4A16Options::sm_count); plan_wgmma reads the wgmma_* overrides.
 StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, int sms,
                                 const W4A16Tuning& tuning);

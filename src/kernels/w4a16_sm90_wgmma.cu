@@ -223,7 +223,7 @@ __device__ __forceinline__ void load_constants(const unsigned char* stage, int k
 }
 
 // Word `word` of a lane's 16 bytes -> the A fragment {a0, a1, a2, a3} of its m16 tile (as in
-// w4a16_direct.cu: nibbles 0/4 -> a0, 1/5 -> a2, 2/6 -> a1, 3/7 -> a3), times the group scale:
+// w4a16_sm80_direct.cu: nibbles 0/4 -> a0, 1/5 -> a2, 2/6 -> a1, 3/7 -> a3), times the group scale:
 // (q - zero) is exact, the scale multiply the only rounding (as in the CPU twin).
 template <typename T, int kS>
 __device__ __forceinline__ void dequantize_scaled(std::uint32_t word, const Constants<kS>& k, int i,
