@@ -34,7 +34,7 @@ for case in data.get("testcases", []):
     print(f"RESULT: {case['key']} back to back x cuBLAS M1 {q.get(1, 0):.2f} "
           f"M16 {q.get(16, 0):.2f} M64 {q.get(64, 0):.2f}")
 PY
-GPUOPT_GEMM_M=1,16 GPUOPT_GEMM_DETERMINISTIC=1 "$bin/gpuopt" bench gemm --quick --json \
+"$bin/gpuopt" bench gemm --quick --json --m 1,16 --deterministic \
   --only k8192_n28672 >"$out/gemm_deterministic.json" 2>>"$out/gemm.stderr"
 python3 - "$out/gemm_deterministic.json" <<'PY'
 import json, sys
@@ -50,7 +50,7 @@ for case in data.get("testcases", []):
 PY
 # The previous default for M <= 16 (the swapped kernel with its own copy-pipeline choice), forced,
 # as the "before" of the direct kernel in the same run.
-GPUOPT_GEMM_FORCE_PATH=3 GPUOPT_GEMM_M=1,8,16 "$bin/gpuopt" bench gemm --quick --json \
+"$bin/gpuopt" bench gemm --quick --json --force-path swapped --m 1,8,16 \
   --only k8192_n28672 >"$out/gemm_swapped.json" 2>>"$out/gemm.stderr"
 python3 - "$out/gemm_swapped.json" <<'PY'
 import json, sys

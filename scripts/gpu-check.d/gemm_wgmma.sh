@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# The Hopper wgmma W4A16 kernel (force_path 5) against cuBLAS fp16 and the default path at
+# The Hopper wgmma W4A16 kernel (--force-path wgmma) against cuBLAS fp16 and the default path at
 # M = 32..256 on the two Llama-3-70B shapes: JSON to $OUT/gemm_wgmma_*.json, one RESULT line per
-# (shape, M): gpuopt fp16 us, cuBLAS fp16 us, speedup, config. GPUOPT_W4A16_WGMMA_VARIANT /
-# GPUOPT_W4A16_WGMMA_SPLITS, when set, pass through to the planner; the path5_old rows set
-# GPUOPT_W4A16_WGMMA_OLD=1 (the per-M variant choice before the fast-copy variants 7-9).
+# (shape, M): gpuopt fp16 us, cuBLAS fp16 us, speedup, config. GEMM_WGMMA_FLAGS, when set, is added
+# to every forced run (e.g. "--wgmma-variant 8 --wgmma-splits 4").
 # GEMM_WGMMA_SWEEP=1 adds a sweep of the default variants (7: 32 tokens at M=32, 8: 64 tokens at
 # M=64, 9: 128 tokens at M=128,256) over forced k-splits, stopping after GEMM_WGMMA_BUDGET_S seconds
 # (default 100).
@@ -13,13 +12,13 @@ bin="${GPUOPT_BIN:-./build/tools/gpuopt}"
 start=$SECONDS
 budget="${GEMM_WGMMA_BUDGET_S:-100}"
 
-# bench LABEL SHAPE MS [ENV=VALUE...]: one `gpuopt bench gemm` run, its rows as RESULT lines.
+# bench LABEL SHAPE MS [FLAG...]: one `gpuopt bench gemm` run, its rows as RESULT lines.
 bench() {
   local label=$1 shape=$2 ms=$3
   shift 3
   local json="$out/gemm_wgmma_${shape}_${label}.json"
-  env GPUOPT_GEMM_M="$ms" "$@" timeout "${GEMM_WGMMA_TIMEOUT_S:-60}" "$bin/gpuopt" bench gemm --quick --json --only "$shape" \
-    >"$json" 2>>"$out/gemm_wgmma.stderr"
+  timeout "${GEMM_WGMMA_TIMEOUT_S:-60}" "$bin/gpuopt" bench gemm --quick --json --only "$shape" \
+    --m "$ms" "$@" >"$json" 2>>"$out/gemm_wgmma.stderr"
   python3 - "$json" "$label" <<'PY'
 import json, sys
 try:
@@ -40,9 +39,8 @@ PY
 }
 
 for shape in k8192_n28672 k28672_n8192; do
-  bench path5 "$shape" 32,64,128,256 GPUOPT_GEMM_FORCE_PATH=5
-  # The per-M variants before the fast-copy ones (4/3/2 instead of 7/8/9), for an A/B in one run.
-  bench path5_old "$shape" 32,64,128,256 GPUOPT_GEMM_FORCE_PATH=5 GPUOPT_W4A16_WGMMA_OLD=1
+  # shellcheck disable=SC2086 # GEMM_WGMMA_FLAGS is a list of flags
+  bench path5 "$shape" 32,64,128,256 --force-path wgmma ${GEMM_WGMMA_FLAGS:-}
   if [ "${GEMM_WGMMA_SWEEP:-0}" != 1 ]; then
     bench default "$shape" 32,64,128,256
   fi
@@ -58,8 +56,8 @@ if [ "${GEMM_WGMMA_SWEEP:-0}" = 1 ]; then
         ms=128,256
         [ "$variant" = 7 ] && ms=32
         [ "$variant" = 8 ] && ms=64
-        bench "v${variant}_s${splits}" "$shape" "$ms" GPUOPT_GEMM_FORCE_PATH=5 \
-          GPUOPT_W4A16_WGMMA_VARIANT="$variant" GPUOPT_W4A16_WGMMA_SPLITS="$splits"
+        bench "v${variant}_s${splits}" "$shape" "$ms" --force-path wgmma \
+          --wgmma-variant "$variant" --wgmma-splits "$splits"
       done
     done
   done

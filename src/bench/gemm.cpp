@@ -10,10 +10,12 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <string_view>
 
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 #include "gpuopt/runtime/partition.hpp"
 #include "stream_read.hpp"
 
@@ -36,59 +38,9 @@ const std::vector<int> kBatchSizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 // Launches per sample of the back-to-back ("sequence") times.
 constexpr int kSequence = 10;
 
-// Sweeps on the GPU machine without new CLI flags: GPUOPT_GEMM_M="1,64" limits the batch sizes,
-// GPUOPT_GEMM_FORCE_PATH sets W4A16Options::force_path, GPUOPT_GEMM_DETERMINISTIC=1 sets
-// W4A16Options::deterministic, GPUOPT_GEMM_FALLBACK_MIN_M sets W4A16Options::fallback_min_m (0 =
-// never cuBLAS), GPUOPT_GEMM_TIMING the order of the timings (timing_order below),
-// GPUOPT_GEMM_SMS=N every timing (gpuopt, cuBLAS, the reads) on a green-context partition of N SMs
-// with gpuopt planned for it (W4A16Options::sm_count), GPUOPT_GEMM_SM_COUNT the SMs gpuopt is
-// planned for there instead (0 = the whole GPU, as without the option) (docs/w4a16-gemm.md).
-[[maybe_unused]] std::vector<int> batch_sizes() {
-  const char* text = std::getenv("GPUOPT_GEMM_M");
-  if (text == nullptr || *text == '\0') return kBatchSizes;
-  std::vector<int> sizes;
-  for (const char* p = text; *p != '\0';) {
-    char* end = nullptr;
-    const long value = std::strtol(p, &end, 10);
-    if (end == p) break;
-    if (value >= 1 && value <= kBatchSizes.back()) sizes.push_back(static_cast<int>(value));
-    p = *end == ',' ? end + 1 : end;
-  }
-  return sizes.empty() ? kBatchSizes : sizes;
-}
-
-[[maybe_unused]] int env_count(const char* name, int fallback) {
-  const char* text = std::getenv(name);
-  return text == nullptr || *text == '\0' ? fallback : std::atoi(text);
-}
-
-[[maybe_unused]] kernels::W4A16Options options_from_environment() {
-  kernels::W4A16Options options;
-  if (const char* path = std::getenv("GPUOPT_GEMM_FORCE_PATH"); path != nullptr && *path != '\0') {
-    options.force_path = std::atoi(path);
-  }
-  if (const char* flag = std::getenv("GPUOPT_GEMM_DETERMINISTIC"); flag != nullptr) {
-    options.deterministic = std::string_view(flag) == "1";
-  }
-  if (const char* from = std::getenv("GPUOPT_GEMM_FALLBACK_MIN_M");
-      from != nullptr && *from != '\0') {
-    options.fallback_min_m = std::atoi(from);
-  }
-  return options;
-}
-
-// How the cuBLAS reference and gpuopt are timed against each other: their samples interleaved
-// (the default), or in blocks for A/B runs (GPUOPT_GEMM_TIMING=reference-first|gpuopt-first: both
-// per-launch blocks, then both back-to-back blocks). Figures before the tenth session were timed
-// gpuopt first with each arm's back-to-back block right after its per-launch block, which
-// neither mode repeats exactly.
-enum class TimingOrder { kInterleaved, kReferenceFirst, kGpuoptFirst };
-[[maybe_unused]] TimingOrder timing_order() {
-  const char* text = std::getenv("GPUOPT_GEMM_TIMING");
-  const std::string_view value = text != nullptr ? text : "";
-  if (value == "reference-first") return TimingOrder::kReferenceFirst;
-  if (value == "gpuopt-first") return TimingOrder::kGpuoptFirst;
-  return TimingOrder::kInterleaved;
+// The M values timed: the options' list, or all of kBatchSizes.
+[[maybe_unused]] const std::vector<int>& batch_sizes(const GemmBenchOptions& options) {
+  return options.batch_sizes.empty() ? kBatchSizes : options.batch_sizes;
 }
 
 struct Shape {
@@ -99,20 +51,12 @@ struct Shape {
 
 #if GPUOPT_CUDA
 
-// Device buffer freed on scope exit.
-struct DeviceBuffer {
-  void* pointer = nullptr;
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (pointer != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(pointer));
-  }
-  Status allocate(std::size_t bytes) {
-    GPUOPT_CUDA_TRY(cudaMalloc(&pointer, std::max<std::size_t>(bytes, 256)));
-    return ok_status();
-  }
-};
+using runtime::DeviceBuffer;
+
+// At least 256 bytes, so that a zero-byte workspace is still a valid pointer.
+StatusOr<DeviceBuffer> allocate(std::size_t bytes) {
+  return DeviceBuffer::allocate(std::max<std::size_t>(bytes, 256));
+}
 
 struct Events {
   std::vector<cudaEvent_t> events;
@@ -234,7 +178,8 @@ struct Stream {
 
 class ShapeTestcase : public Testcase {
  public:
-  ShapeTestcase(Shape shape, bool quick) : shape_(shape), quick_(quick) {}
+  ShapeTestcase(Shape shape, const GemmBenchOptions& options)
+      : shape_(shape), quick_(options.quick), options_(options) {}
   std::string key() const override { return fmt::format("k{}_n{}", shape_.k, shape_.n); }
   std::string description() const override {
     return fmt::format("{}: K={} N={} group {} symmetric int4 vs cuBLAS fp16/bf16", shape_.what,
@@ -250,17 +195,18 @@ class ShapeTestcase : public Testcase {
     const int k = shape_.k;
     const int n = shape_.n;
     const int max_m = kBatchSizes.back();
-    const std::vector<int> sizes = batch_sizes();
-    kernels::W4A16Options gemm_options = options_from_environment();
-    const TimingOrder order = timing_order();
+    const std::vector<int>& sizes = batch_sizes(options_);
+    kernels::W4A16Options gemm_options = options_.gemm;
+    gemm_options.sm_count = 0;
+    const TimingOrder order = options_.timing;
     Stream owned;
     GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&owned.stream, cudaStreamNonBlocking));
     cudaStream_t stream = owned.stream;
-    // GPUOPT_GEMM_SMS: the partition's stream in place of the whole GPU's (no fallback: without
-    // green contexts the testcase fails, saying why).
+    // GemmBenchOptions::partition_sms: the partition's stream in place of the whole GPU's (no
+    // fallback: without green contexts the testcase fails, saying why).
     std::unique_ptr<runtime::PartitionPlan> partition;
     int partition_sms = 0;
-    if (const int wanted = env_count("GPUOPT_GEMM_SMS", 0); wanted > 0) {
+    if (const int wanted = options_.partition_sms; wanted > 0) {
       GPUOPT_ASSIGN_OR_RETURN(const runtime::Device device, runtime::Device::open(options.device));
       GPUOPT_ASSIGN_OR_RETURN(
           partition, runtime::PartitionPlan::create(
@@ -268,7 +214,7 @@ class ShapeTestcase : public Testcase {
       GPUOPT_ASSIGN_OR_RETURN(const runtime::Workload* workload, partition->workload("gemm"));
       stream = static_cast<cudaStream_t>(workload->stream(0));
       partition_sms = workload->sm_count();
-      gemm_options.sm_count = env_count("GPUOPT_GEMM_SM_COUNT", partition_sms);
+      gemm_options.sm_count = options_.planned_sms >= 0 ? options_.planned_sms : partition_sms;
     }
 
     // Quantized weights, fp16 and bf16 flavours, rotated.
@@ -293,28 +239,28 @@ class ShapeTestcase : public Testcase {
         std::clamp(static_cast<int>(std::ceil(kRotationBytes / dense_bytes)), 2, 32);
     std::vector<DeviceBuffer> dense(dense_rotations);
     for (int r = 0; r < dense_rotations; ++r) {
-      GPUOPT_RETURN_IF_ERROR(dense[r].allocate(dense_bytes));
-      GPUOPT_RETURN_IF_ERROR(fill_random_halves(dense[r].pointer, dense_bytes, 7 + r, stream));
+      GPUOPT_ASSIGN_OR_RETURN(dense[r], allocate(dense_bytes));
+      GPUOPT_RETURN_IF_ERROR(fill_random_halves(dense[r].data(), dense_bytes, 7 + r, stream));
     }
-    DeviceBuffer x, y;
-    GPUOPT_RETURN_IF_ERROR(x.allocate(static_cast<std::size_t>(max_m) * k * 2));
-    GPUOPT_RETURN_IF_ERROR(y.allocate(static_cast<std::size_t>(max_m) * n * 2));
+    GPUOPT_ASSIGN_OR_RETURN(const DeviceBuffer x,
+                            allocate(static_cast<std::size_t>(max_m) * k * 2));
+    GPUOPT_ASSIGN_OR_RETURN(const DeviceBuffer y,
+                            allocate(static_cast<std::size_t>(max_m) * n * 2));
     GPUOPT_RETURN_IF_ERROR(
-        fill_random_halves(x.pointer, static_cast<std::size_t>(max_m) * k * 2, 3, stream));
+        fill_random_halves(x.data(), static_cast<std::size_t>(max_m) * k * 2, 3, stream));
 
     // The memory anchor: a plain streaming read of the int4 tiles (no math), rotated the same way;
     // scaled to all the compressed bytes, it is the time a kernel that only moved them would take.
-    DeviceBuffer sink;
-    GPUOPT_RETURN_IF_ERROR(sink.allocate(sizeof(unsigned)));
+    GPUOPT_ASSIGN_OR_RETURN(const DeviceBuffer sink, allocate(sizeof(unsigned)));
     const std::size_t tile_bytes = static_cast<std::size_t>(k) * n / 2;
     // warps_per_sm 0: full occupancy (the anchor); 16: the direct kernel's occupancy, what a kernel
-    // whose registers allow no more warps could read (H200, run 40: 32.0 against 30.1 us on
-    // 8192 x 28672; docs/PERFORMANCE.md).
+    // whose registers allow no more warps could read (H200: 32.0 against 30.1 us on 8192 x
+    // 28672; docs/PERFORMANCE.md).
     const auto time_read = [&](int warps_per_sm) {
       return time_us(
           [&](int r) {
-            return launch_stream_read(weights[0][r].tiles, tile_bytes,
-                                      static_cast<unsigned*>(sink.pointer), stream, warps_per_sm);
+            return launch_stream_read(weights[0][r].tiles, tile_bytes, sink.data_as<unsigned>(),
+                                      stream, warps_per_sm);
           },
           rotations, warmup, samples, stream);
     };
@@ -361,10 +307,10 @@ class ShapeTestcase : public Testcase {
         out.workspaces = std::vector<DeviceBuffer>(rotations);
         for (int r = 0; r < rotations; ++r) {
           auto gemm = std::make_unique<kernels::W4A16Gemm>(here);
-          kernels::W4A16Gemm::Arguments arguments{m, x.pointer, y.pointer, &weights[t][r]};
+          kernels::W4A16Gemm::Arguments arguments{m, x.data(), y.data(), &weights[t][r]};
           GPUOPT_ASSIGN_OR_RETURN(std::size_t bytes, gemm->workspace_size(arguments));
-          GPUOPT_RETURN_IF_ERROR(out.workspaces[r].allocate(bytes));
-          GPUOPT_RETURN_IF_ERROR(gemm->initialize(arguments, out.workspaces[r].pointer, stream));
+          GPUOPT_ASSIGN_OR_RETURN(out.workspaces[r], allocate(bytes));
+          GPUOPT_RETURN_IF_ERROR(gemm->initialize(arguments, out.workspaces[r].data(), stream));
           out.gemms.push_back(std::move(gemm));
         }
         return ok_status();
@@ -375,8 +321,7 @@ class ShapeTestcase : public Testcase {
       auto reference_arm = [&](int t) {
         const ActivationType type = t == 0 ? ActivationType::kFloat16 : ActivationType::kBFloat16;
         return Arm{[&, type](int r) {
-                     return cublas.run(type, m, n, k, x.pointer, dense[r].pointer, y.pointer,
-                                       stream);
+                     return cublas.run(type, m, n, k, x.data(), dense[r].data(), y.data(), stream);
                    },
                    dense_rotations};
       };
@@ -423,12 +368,13 @@ class ShapeTestcase : public Testcase {
       // the default handed over to cuBLAS, else the dequantise + cuBLAS path.
       std::optional<double> kernel_us, fallback_us;
       (default_is_cublas ? fallback_us : kernel_us) = gpuopt_us[0];
-      if (m >= 16 && !gemm_options.deterministic && gemm_options.force_path < 0) {
+      if (m >= 16 && !gemm_options.deterministic &&
+          gemm_options.force_path == kernels::W4A16ForcePath::kAuto) {
         kernels::W4A16Options other = gemm_options;
         if (default_is_cublas) {
           other.fallback_min_m = 0;
         } else {
-          other.force_path = 1;
+          other.force_path = kernels::W4A16ForcePath::kDequantCublas;
         }
         Gemms path;
         GPUOPT_RETURN_IF_ERROR(make_gemms(other, 0, path));
@@ -534,15 +480,61 @@ class ShapeTestcase : public Testcase {
  private:
   Shape shape_;
   bool quick_;
+  GemmBenchOptions options_;
 };
 
 #endif  // GPUOPT_CUDA
 
 }  // namespace
 
-Suite make_suite(bool quick) {
+std::string_view timing_order_name(TimingOrder order) {
+  switch (order) {
+    case TimingOrder::kReferenceFirst:
+      return "reference-first";
+    case TimingOrder::kGpuoptFirst:
+      return "gpuopt-first";
+    case TimingOrder::kInterleaved:
+      break;
+  }
+  return "interleaved";
+}
+
+StatusOr<TimingOrder> parse_timing_order(std::string_view name) {
+  for (const TimingOrder order :
+       {TimingOrder::kInterleaved, TimingOrder::kReferenceFirst, TimingOrder::kGpuoptFirst}) {
+    if (timing_order_name(order) == name) return order;
+  }
+  return invalid_argument(fmt::format(
+      "unknown timing order '{}' (one of: interleaved, reference-first, gpuopt-first)", name));
+}
+
+const std::vector<int>& default_batch_sizes() { return kBatchSizes; }
+
+Status check_options(const GemmBenchOptions& options) {
+  for (const int m : options.batch_sizes) {
+    if (m < 1 || m > kBatchSizes.back()) {
+      return invalid_argument(
+          fmt::format("batch size M={} is outside 1..{}", m, kBatchSizes.back()));
+    }
+  }
+  if (options.partition_sms < 0) {
+    return invalid_argument(fmt::format("partition SMs {}: must be 0 (the whole GPU) or positive",
+                                        options.partition_sms));
+  }
+  if (options.planned_sms < -1) {
+    return invalid_argument(
+        fmt::format("planned SMs {}: must be 0 (the whole GPU) or positive", options.planned_sms));
+  }
+  if (options.planned_sms >= 0 && options.partition_sms == 0) {
+    return invalid_argument("planned SMs are given without a partition (partition_sms)");
+  }
+  return kernels::check_w4a16_options(options.gemm);
+}
+
+Suite make_suite(const GemmBenchOptions& options) {
   Suite suite("gemm");
 #if GPUOPT_CUDA
+  const bool quick = options.quick;
   std::vector<Shape> shapes = {
       {8192, 28672, "Llama-3-70B gate/up", true},
       {28672, 8192, "Llama-3-70B down", true},
@@ -555,7 +547,9 @@ Suite make_suite(bool quick) {
     shapes.push_back({3584, 18944, "Qwen2-7B gate/up", false});
     shapes.push_back({18944, 3584, "Qwen2-7B down", false});
   }
-  for (const Shape& shape : shapes) suite.add(std::make_unique<ShapeTestcase>(shape, quick));
+  for (const Shape& shape : shapes) suite.add(std::make_unique<ShapeTestcase>(shape, options));
+#else
+  (void)options;
 #endif
   return suite;
 }

@@ -1,5 +1,5 @@
-// How the direct W4A16 kernel splits a layer between its warps (w4a16_direct.cu), shared by the
-// kernel, its planner's cost model and the CPU tests. Host- and device-compilable.
+// How the direct W4A16 kernel splits a layer between its warps (w4a16_sm80_direct.cu), shared by
+// the kernel, its planner's cost model and the CPU tests. Host- and device-compilable.
 //
 // The layer is `strips` strips of 64 columns, each `units_per_strip` units of 64 k. The units are
 // cut into `slices` k-slices: slice s is units [slice_first(s), slice_first(s + 1)) of every strip.

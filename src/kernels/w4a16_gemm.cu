@@ -1,6 +1,8 @@
-// W4A16 GEMM on tensor cores (mma.sync m16n8k16, sm_80+), stream-K over all SMs, plus the
-// dequantise + cuBLAS path for large M. Layout and design: docs/w4a16-gemm.md.
-#include <cublas_v2.h>
+// W4A16Gemm and W4A16DeviceWeights: the plan (which path and kernel for this M, layer and device,
+// and the workspace), the act-order permute of x, and the launch of the chosen kernel: the direct
+// (w4a16_sm80_direct.cu) and wgmma (w4a16_sm90_wgmma.cu) kernels, the original mma.sync kernels
+// (w4a16_sm80_mma_tiled.cu) or dequantise + cuBLAS (w4a16_dequant_cublas.cu); the choices that need
+// no device are in w4a16_plan.cpp. Layout and design: docs/w4a16-gemm.md.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -30,604 +32,6 @@ std::string text(const Args&... args) {
   return (std::string() + ... + piece(args));
 }
 
-// ---- the tensor-core kernel ----
-
-// n / d for n < 2^31 with a multiply-high instead of a division (d is fixed per launch).
-struct FastDivisor {
-  std::uint32_t divisor = 1, multiplier = 1, shift = 0;
-  FastDivisor() = default;
-  explicit FastDivisor(std::uint32_t d) : divisor(d) {
-    while ((1ull << shift) < d) ++shift;
-    multiplier = static_cast<std::uint32_t>(((1ull << 32) * ((1ull << shift) - d)) / d + 1);
-  }
-  __device__ __forceinline__ int divide(int n) const {
-    const std::uint32_t t = __umulhi(static_cast<std::uint32_t>(n), multiplier);
-    return static_cast<int>((t + static_cast<std::uint32_t>(n)) >> shift);
-  }
-};
-
-struct KernelParams {
-  const void* x;  // [M][K]
-  void* y;        // [M][N]
-  const uint4* tiles;
-  const std::uint16_t* scales;
-  const std::uint8_t* zeros;  // null: symmetric
-  float* partial;             // [M][N] fp32, zero between runs
-  int* counters;              // [tiles], zero between runs
-  int m, n, k, group_size;
-  int m_blocks, n_blocks;
-  FastDivisor group_divisor;
-  FastDivisor m_block_divisor;
-  int iterations_per_tile;
-  int total_iterations;
-  int splits;  // > 0: deterministic, block b is split b % splits of tile b / splits
-};
-
-// kSwap = false: x rows are the mma A operand (kMTiles m16 tiles of 16 rows) and the weights B
-// (8 n8 tiles per warp strip). kSwap = true (small M): the weights are A (4 m16 tiles of 16
-// columns per strip, built from the same B fragments: {b0(j), b0(j+1), b1(j), b1(j+1)}) and x is
-// B (kMTiles n8 tiles of 8 rows), so M <= 8 needs half the mma instructions and accumulators.
-// kStageTiles k16 tiles per stage (kStageK = 64 or, Hopper bulk path, 128 when group_size is a
-// multiple of 64 so that a stage spans at most 2 groups).
-template <bool kSwap, int kWarpsN, int kWarpsK, int kMTiles, int kStages, int kStageTiles = 4>
-struct Geometry {
-  static constexpr int kStageK = kStageTiles * kTileK;
-  static constexpr int kAPitch = kStageK + 8;  // halves; the 16-byte skew: conflict-free ldmatrix
-  static constexpr int kScaleRows = kStageTiles == 4 ? 4 : 2;  // groups a stage spans at most
-  static constexpr int kThreads = 32 * kWarpsN * kWarpsK;
-  static constexpr int kBlockN = kTileN * kWarpsN;
-  static constexpr int kTilesPerWarp = kStageK / kTileK / kWarpsK;  // k16 tiles a warp does a stage
-  static constexpr int kRows = (kSwap ? 8 : 16) * kMTiles;
-  static constexpr int kXRegs = (kSwap ? 2 : 4) * kMTiles;  // x fragment registers per k16 tile
-  static constexpr int kWeightBytes = (kStageK / kTileK) * kWarpsN * kTileBytes;
-  static constexpr int kActivationBytes = kRows * kAPitch * 2;
-  static constexpr int kScaleBytes = kScaleRows * kBlockN * 2;
-  static constexpr int kZeroBytes = kScaleRows * kBlockN;
-  static constexpr int kStageBytes = kWeightBytes + kActivationBytes + kScaleBytes + kZeroBytes;
-  static constexpr int kAccumulators = kMTiles * (kSwap ? 4 : 8) * 4;
-  static constexpr int kReductionBytes = (kWarpsK - 1) * kWarpsN * 32 * kAccumulators * 4;
-  static constexpr int kSharedBytes = kStages * kStageBytes + kReductionBytes;
-  static_assert(kTilesPerWarp >= 1 && kTilesPerWarp * kWarpsK * kTileK == kStageK);
-};
-
-// kMinBlocks 2 for small M: at most 128 registers so two blocks share an SM (decode is
-// latency-bound).
-template <typename T, bool kSwap, int kWarpsN, int kWarpsK, int kMTiles, int kStages,
-          int kMinBlocks, int kStageTiles = 4, int kBulk = 0>
-__global__ void __launch_bounds__(32 * kWarpsN * kWarpsK, kMinBlocks)
-    k_w4a16_gemm(const KernelParams params) {
-  using G = Geometry<kSwap, kWarpsN, kWarpsK, kMTiles, kStages, kStageTiles>;
-  constexpr int kStageK = G::kStageK;
-  constexpr int kAPitch = G::kAPitch;
-  using Pair = typename TypeTraits<T>::Pair;
-  extern __shared__ __align__(16) unsigned char shared[];
-
-  const int thread = threadIdx.x;
-  const int lane = thread % 32;
-  const int warp = thread / 32;
-  const int warp_n = warp % kWarpsN;
-  const int warp_k = warp / kWarpsN;
-  const int k_tiles_total = params.k / kTileK;
-  const int strips = params.n / kTileN;
-  const int ipt = params.iterations_per_tile;
-
-  const long long total = params.total_iterations;
-  const int begin = static_cast<int>(total * blockIdx.x / gridDim.x);
-  const int end = static_cast<int>(total * (blockIdx.x + 1) / gridDim.x);
-  if (begin >= end) return;
-
-  const std::uint64_t policy = evict_first_policy();
-  const T* x = static_cast<const T*>(params.x);
-
-  auto stage_base = [&](int slot) { return shared + slot * G::kStageBytes; };
-
-  // Where a k-stage sits: advanced one stage at a time so the loop divides only at tile changes.
-  struct Position {
-    int tile, kk, n_block, m_block;
-  };
-  auto position_of = [&](int it) {
-    Position p;
-    p.tile = it / ipt;
-    p.kk = it - p.tile * ipt;
-    p.n_block = params.m_block_divisor.divide(p.tile);
-    p.m_block = p.tile - p.n_block * params.m_blocks;
-    return p;
-  };
-  auto advance = [&](Position& p) {
-    if (++p.kk == ipt) {
-      p.kk = 0;
-      ++p.tile;
-      if (++p.m_block == params.m_blocks) {
-        p.m_block = 0;
-        ++p.n_block;
-      }
-    }
-  };
-
-  // Issues the copies of global iteration `it` (one k-stage of one output tile) into `slot`.
-  // Per-thread parts of the weight chunk addresses, fixed for the whole kernel.
-  constexpr int kWeightChunks = G::kWeightBytes / 16;
-  constexpr int kWeightCopies = (kWeightChunks + G::kThreads - 1) / G::kThreads;
-  static_assert(kWeightChunks % G::kThreads == 0);
-  std::uint32_t weight_offset[kWeightCopies];
-#pragma unroll
-  for (int i = 0; i < kWeightCopies; ++i) {
-    const int c = thread + i * G::kThreads;
-    const int kt = c / (kWarpsN * 32);
-    const int rest = c - kt * (kWarpsN * 32);
-    weight_offset[i] =
-        static_cast<std::uint32_t>(((rest / 32) * k_tiles_total + kt) * 32 + rest % 32);
-  }
-
-  auto load_stage = [&](const Position& p, int slot) {
-    const int kk = p.kk;
-    const int n_block = p.n_block;
-    const int m_block = p.m_block;
-    const int k0 = kk * kStageK;
-    unsigned char* base = stage_base(slot);
-    uint4* weights = reinterpret_cast<uint4*>(base);
-    const uint4* source_base =
-        params.tiles +
-        (static_cast<std::size_t>(n_block) * kWarpsN * k_tiles_total + kk * (kStageK / kTileK)) *
-            32;
-#pragma unroll
-    for (int i = 0; i < kWeightCopies; ++i) {
-      copy_async_16_streaming(weights + thread + i * G::kThreads, source_base + weight_offset[i],
-                              policy);
-    }
-    T* activations = reinterpret_cast<T*>(base + G::kWeightBytes);
-    // Only rows < M are copied: the rows past M hold stale data, which reaches only output rows
-    // that are never stored (an mma output element depends on its own A row and B column).
-    const int activation_chunks = min(G::kRows, params.m - m_block * G::kRows) * (kStageK / 8);
-    for (int c = thread; c < activation_chunks; c += G::kThreads) {
-      const int r = c / (kStageK / 8);
-      const int col = c % (kStageK / 8);
-      const int row = m_block * G::kRows + r;
-      copy_async_16(activations + r * kAPitch + col * 8,
-                    x + static_cast<std::size_t>(row) * params.k + k0 + col * 8, true);
-    }
-    const int first_group = params.group_divisor.divide(k0);
-    const int group_rows = params.group_divisor.divide(k0 + kStageK - 1) - first_group + 1;
-    std::uint16_t* scales =
-        reinterpret_cast<std::uint16_t*>(base + G::kWeightBytes + G::kActivationBytes);
-    const int scale_chunks = group_rows * kWarpsN * 8;
-    for (int c = thread; c < scale_chunks; c += G::kThreads) {
-      const int r = c / (kWarpsN * 8);
-      const int rest = c - r * (kWarpsN * 8);
-      const std::size_t offset =
-          (static_cast<std::size_t>(first_group + r) * strips + n_block * kWarpsN) * kTileN +
-          rest * 8;
-      copy_async_16(scales + r * G::kBlockN + rest * 8, params.scales + offset, true);
-    }
-    if (params.zeros != nullptr) {
-      std::uint8_t* zeros = reinterpret_cast<std::uint8_t*>(base + G::kWeightBytes +
-                                                            G::kActivationBytes + G::kScaleBytes);
-      const int zero_chunks = group_rows * kWarpsN * 4;
-      for (int c = thread; c < zero_chunks; c += G::kThreads) {
-        const int r = c / (kWarpsN * 4);
-        const int rest = c - r * (kWarpsN * 4);
-        const std::size_t offset =
-            (static_cast<std::size_t>(first_group + r) * strips + n_block * kWarpsN) * kTileN +
-            rest * 16;
-        copy_async_16(zeros + r * G::kBlockN + rest * 16, params.zeros + offset, true);
-      }
-    }
-  };
-
-  // Hopper: warp 0 fills a stage with one bulk copy per contiguous chunk (a strip's k16 tiles,
-  // an x row, a group row of scales or zeros); weights land strip-major ([strip][tile][lane]).
-  // kBulk 1: a block barrier per stage protects a slot until every warp has read it; kBulk 2:
-  // each warp arrives on empty[slot] instead and the warp that refills the slot (a different one
-  // each stage) alone waits for that, so the others run ahead.
-  __shared__ __align__(8) std::uint64_t full[kBulk ? kStages : 1];
-  __shared__ __align__(8) std::uint64_t empty[kBulk == 2 ? kStages : 1];
-  auto load_stage_bulk = [&](const Position& p, int slot) {
-    const int k0 = p.kk * kStageK;
-    unsigned char* base = stage_base(slot);
-    const int rows = min(G::kRows, params.m - p.m_block * G::kRows);
-    const int first_group = params.group_divisor.divide(k0);
-    const int group_rows = params.group_divisor.divide(k0 + kStageK - 1) - first_group + 1;
-    const int zero_rows = params.zeros != nullptr ? group_rows : 0;
-    if (lane == 0) {
-      barrier_arrive_expect(&full[slot], G::kWeightBytes + rows * kStageK * 2 +
-                                             group_rows * G::kBlockN * 2 + zero_rows * G::kBlockN);
-    }
-    __syncwarp();
-    const int copies = kWarpsN + rows + group_rows + zero_rows;
-    for (int c = lane; c < copies; c += 32) {
-      if (c < kWarpsN) {
-        constexpr int kStripBytes = kStageTiles * kTileBytes;
-        const uint4* source =
-            params.tiles + (static_cast<std::size_t>(p.n_block * kWarpsN + c) * k_tiles_total +
-                            p.kk * kStageTiles) *
-                               32;
-        bulk_copy(base + c * kStripBytes, source, kStripBytes, &full[slot], policy);
-      } else if (c < kWarpsN + rows) {
-        const int r = c - kWarpsN;
-        const std::size_t row = static_cast<std::size_t>(p.m_block * G::kRows + r);
-        bulk_copy(base + G::kWeightBytes + r * kAPitch * 2, x + row * params.k + k0, kStageK * 2,
-                  &full[slot]);
-      } else if (c < kWarpsN + rows + group_rows) {
-        const int r = c - kWarpsN - rows;
-        const std::size_t offset =
-            (static_cast<std::size_t>(first_group + r) * strips + p.n_block * kWarpsN) * kTileN;
-        bulk_copy(base + G::kWeightBytes + G::kActivationBytes + r * G::kBlockN * 2,
-                  params.scales + offset, G::kBlockN * 2, &full[slot], policy);
-      } else {
-        const int r = c - kWarpsN - rows - group_rows;
-        const std::size_t offset =
-            (static_cast<std::size_t>(first_group + r) * strips + p.n_block * kWarpsN) * kTileN;
-        bulk_copy(base + G::kWeightBytes + G::kActivationBytes + G::kScaleBytes + r * G::kBlockN,
-                  params.zeros + offset, G::kBlockN, &full[slot], policy);
-      }
-    }
-  };
-
-  // Not swapped: [m-tile][n8 tile j][4]; swapped: [token tile][m16 tile w][4].
-  float accumulators[G::kAccumulators];
-  auto clear = [&]() {
-#pragma unroll
-    for (int i = 0; i < G::kAccumulators; ++i) accumulators[i] = 0.0f;
-  };
-  clear();
-
-  // Per-thread scale and (magic + zero) for its 8 columns, reloaded when the group changes.
-  Pair scale_pairs[8];
-  std::uint32_t zero_pairs[8];
-  Pair zero_pairs_high[8];  // fp16 only: -(64 + zero), for nibbles read at 16x (see below)
-  int current_group = -1;
-  // Swapped kernel: the mma takes the exact (q - zero) and the scale is applied in fp32 once per
-  // group (16 FFMA per group instead of 16 HMUL2 per k16 tile), so the group's sums are kept
-  // apart in group_accumulators until the group ends.
-  float scales_f32[8];
-  float group_accumulators[kSwap ? G::kAccumulators : 1];
-  if constexpr (kSwap) {
-#pragma unroll
-    for (int i = 0; i < G::kAccumulators; ++i) group_accumulators[i] = 0.0f;
-  }
-  // accumulators += scale * group_accumulators; group_accumulators = 0. Element (tt, w, e) is
-  // column 16w + 8(e/2) + g, whose scale is scales_f32[2w + e/2].
-  auto apply_group = [&]() {
-    if constexpr (kSwap) {
-#pragma unroll
-      for (int i = 0; i < G::kAccumulators; ++i) {
-        const int w = (i / 4) % 4;
-        const int e = i % 4;
-        accumulators[i] = fmaf(scales_f32[2 * w + e / 2], group_accumulators[i], accumulators[i]);
-        group_accumulators[i] = 0.0f;
-      }
-    }
-  };
-  const int lane_group = lane / 4;  // the B-fragment column within each n8 tile
-
-  auto compute_stage = [&](int kk, int slot) {
-    const int k0 = kk * kStageK;
-    const int first_group = params.group_divisor.divide(k0);
-    const bool one_group = params.group_divisor.divide(k0 + kStageK - 1) == first_group;
-    const unsigned char* base = stage_base(slot);
-    const uint4* weights = reinterpret_cast<const uint4*>(base);
-    const T* activations = reinterpret_cast<const T*>(base + G::kWeightBytes);
-    const std::uint16_t* scales =
-        reinterpret_cast<const std::uint16_t*>(base + G::kWeightBytes + G::kActivationBytes);
-    const std::uint8_t* zeros = reinterpret_cast<const std::uint8_t*>(
-        base + G::kWeightBytes + G::kActivationBytes + G::kScaleBytes);
-    // Every shared-memory read of this stage is issued first, so their latencies overlap and the
-    // dequantise + mma of a tile does not wait on its own loads.
-    uint4 packed[G::kTilesPerWarp];
-    std::uint32_t x_fragments[G::kTilesPerWarp][G::kXRegs];
-#pragma unroll
-    for (int i = 0; i < G::kTilesPerWarp; ++i) {
-      const int kt = warp_k * G::kTilesPerWarp + i;
-      packed[i] = kBulk ? weights[(warp_n * kStageTiles + kt) * 32 + lane]
-                        : weights[(kt * kWarpsN + warp_n) * 32 + lane];
-      if constexpr (kSwap) {
-        // B fragments of x: matrix 0 = tokens 0-7 at k 0-7, 1 = same tokens at k 8-15, 2 and 3 =
-        // the next 8 tokens; thread (g, c) gets token g, k 2c and 2c+1.
-        const int row = 8 * (lane / 16) + lane % 8;
-        const int col = kt * kTileK + ((lane / 8) % 2) * 8;
-        if constexpr (kMTiles == 1) {
-          load_matrix_x2(x_fragments[i], activations + row * kAPitch + col);
-        } else {
-#pragma unroll
-          for (int p = 0; p < kMTiles / 2; ++p) {
-            load_matrix_x4(x_fragments[i] + 4 * p, activations + (16 * p + row) * kAPitch + col);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          load_matrix_x4(x_fragments[i] + 4 * mt, activations + (mt * 16 + lane % 16) * kAPitch +
-                                                      kt * kTileK + (lane / 16) * 8);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < G::kTilesPerWarp; ++i) {
-      const int kt = warp_k * G::kTilesPerWarp + i;
-      const int group = one_group ? first_group : params.group_divisor.divide(k0 + kt * kTileK);
-      if (group != current_group) {
-        if (kSwap && current_group >= 0) apply_group();
-        current_group = group;
-        const int row = group - first_group;
-        const uint4 s = *reinterpret_cast<const uint4*>(scales + row * G::kBlockN +
-                                                        warp_n * kTileN + lane_group * 8);
-        const std::uint32_t s_words[4] = {s.x, s.y, s.z, s.w};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const std::uint32_t half_bits = (s_words[j / 2] >> (16 * (j % 2))) & 0xffffu;
-          if constexpr (kSwap) {
-            scales_f32[j] = bits_to_float<T>(half_bits);
-          } else {
-            scale_pairs[j] = as_pair<Pair>(half_bits | (half_bits << 16));
-          }
-        }
-        if (params.zeros != nullptr) {
-          const uint2 z = *reinterpret_cast<const uint2*>(zeros + row * G::kBlockN +
-                                                          warp_n * kTileN + lane_group * 8);
-          const std::uint32_t z_words[2] = {z.x, z.y};
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const std::uint32_t zero = (z_words[j / 4] >> (8 * (j % 4))) & 0xfu;
-            zero_pairs[j] = TypeTraits<T>::kMagic | (zero * 0x00010001u);
-            if constexpr (std::is_same_v<T, __half>) {
-              zero_pairs_high[j] = __float2half2_rn(-64.0f - static_cast<float>(zero));
-            }
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            zero_pairs[j] = TypeTraits<T>::kMagic | 0x00080008u;
-            if constexpr (std::is_same_v<T, __half>) zero_pairs_high[j] = __float2half2_rn(-72.0f);
-          }
-        }
-      }
-      const std::uint32_t words[4] = {packed[i].x, packed[i].y, packed[i].z, packed[i].w};
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        std::uint32_t b[4];
-        if constexpr (std::is_same_v<T, __half>) {
-          // fp16: nibbles at bits 4-7 are taken in place as 1024 + 16q, then q - zero =
-          // (1024 + 16q) / 16 - (64 + zero) in one exact fma; one shift serves 4 nibbles.
-          const Pair one_sixteenth = __float2half2_rn(0.0625f);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int j = 2 * w + half;
-            const std::uint32_t word = words[w] >> (8 * half);
-            const Pair low = as_pair<Pair>(and_or(word, 0x000f000fu, TypeTraits<T>::kMagic));
-            const Pair high = as_pair<Pair>(and_or(word, 0x00f000f0u, TypeTraits<T>::kMagic));
-            const Pair low_value = __hsub2(low, as_pair<Pair>(zero_pairs[j]));
-            const Pair high_value = __hfma2(high, one_sixteenth, zero_pairs_high[j]);
-            if constexpr (kSwap) {
-              b[2 * half] = as_bits(low_value);
-              b[2 * half + 1] = as_bits(high_value);
-            } else {
-              b[2 * half] = as_bits(__hmul2(low_value, scale_pairs[j]));
-              b[2 * half + 1] = as_bits(__hmul2(high_value, scale_pairs[j]));
-            }
-          }
-        } else {
-#pragma unroll
-          for (int s = 0; s < 4; ++s) {
-            const int j = 2 * w + s / 2;
-            const Pair raw =
-                as_pair<Pair>(and_or(words[w] >> (4 * s), 0x000f000fu, TypeTraits<T>::kMagic));
-            // (magic + q) - (magic + zero) is exact; one rounding in the scale multiply.
-            const Pair value = __hsub2(raw, as_pair<Pair>(zero_pairs[j]));
-            b[s] = kSwap ? as_bits(value) : as_bits(__hmul2(value, scale_pairs[j]));
-          }
-        }
-        // b = {b0(2w), b1(2w), b0(2w+1), b1(2w+1)}.
-        if constexpr (kSwap) {
-          const std::uint32_t a[4] = {b[0], b[2], b[1], b[3]};
-#pragma unroll
-          for (int tt = 0; tt < kMTiles; ++tt) {
-            mma_16816<T>(group_accumulators + (tt * 4 + w) * 4, a, x_fragments[i][2 * tt],
-                         x_fragments[i][2 * tt + 1]);
-          }
-        } else {
-#pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt) {
-            mma_16816<T>(accumulators + (mt * 8 + 2 * w) * 4, x_fragments[i] + 4 * mt, b[0], b[1]);
-            mma_16816<T>(accumulators + (mt * 8 + 2 * w + 1) * 4, x_fragments[i] + 4 * mt, b[2],
-                         b[3]);
-          }
-        }
-      }
-    }
-  };
-
-  float* reduction = reinterpret_cast<float*>(shared + kStages * G::kStageBytes);
-  __shared__ int is_last_block;
-
-  // Ends a segment of tile `tile` that covered `length` of its k-stages.
-  auto flush = [&](const Position& p, int length) {
-    const int tile = p.tile;
-    const int n_block = p.n_block;
-    const int m_block = p.m_block;
-    if (kSwap && current_group >= 0) apply_group();
-    if constexpr (kWarpsK > 1) {
-      if (warp_k > 0) {
-        float* mine = reduction + ((warp_k - 1) * kWarpsN + warp_n) * 32 * G::kAccumulators;
-#pragma unroll
-        for (int i = 0; i < G::kAccumulators; ++i) mine[i * 32 + lane] = accumulators[i];
-      }
-      __syncthreads();
-      if (warp_k == 0) {
-        for (int other = 1; other < kWarpsK; ++other) {
-          const float* theirs =
-              reduction + ((other - 1) * kWarpsN + warp_n) * 32 * G::kAccumulators;
-#pragma unroll
-          for (int i = 0; i < G::kAccumulators; ++i) accumulators[i] += theirs[i * 32 + lane];
-        }
-      }
-    }
-    const bool whole_tile = length == ipt;
-    T* y = static_cast<T*>(params.y);
-    if (kSwap && warp_k == 0) {
-      // c0, c1: column 16w + g, tokens 2c and 2c+1; c2, c3: column 16w + 8 + g.
-#pragma unroll
-      for (int tt = 0; tt < kMTiles; ++tt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = m_block * G::kRows + tt * 8 + 2 * (lane % 4) + e % 2;
-          if (row >= params.m) continue;
-#pragma unroll
-          for (int w = 0; w < 4; ++w) {
-            const int col =
-                n_block * G::kBlockN + warp_n * kTileN + 16 * w + 8 * (e / 2) + lane_group;
-            const float v = accumulators[(tt * 4 + w) * 4 + e];
-            const std::size_t index = static_cast<std::size_t>(row) * params.n + col;
-            if (whole_tile) {
-              y[index] = float_to_value<T>(v);
-            } else if (params.splits > 0) {
-              const std::size_t slice =
-                  static_cast<std::size_t>(blockIdx.x % params.splits) * params.m * params.n;
-              __stcg(params.partial + slice + index, v);
-            } else {
-              atomicAdd(params.partial + index, v);
-            }
-          }
-        }
-      }
-    }
-    if (!kSwap && warp_k == 0) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = m_block * G::kRows + mt * 16 + lane_group + 8 * half;
-          if (row >= params.m) continue;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const int col = n_block * G::kBlockN + warp_n * kTileN + 8 * j + 2 * (lane % 4);
-            const float v0 = accumulators[(mt * 8 + j) * 4 + 2 * half];
-            const float v1 = accumulators[(mt * 8 + j) * 4 + 2 * half + 1];
-            const std::size_t index = static_cast<std::size_t>(row) * params.n + col;
-            if (whole_tile) {
-              *reinterpret_cast<Pair*>(y + index) = float2_to_pair<T>(v0, v1);
-            } else if (params.splits > 0) {
-              // Deterministic: this split's own slice, no atomics; summed in split order below.
-              const std::size_t slice =
-                  static_cast<std::size_t>(blockIdx.x % params.splits) * params.m * params.n;
-              __stcg(reinterpret_cast<float2*>(params.partial + slice + index),
-                     make_float2(v0, v1));
-            } else {
-              atomicAdd(params.partial + index, v0);
-              atomicAdd(params.partial + index + 1, v1);
-            }
-          }
-        }
-      }
-    }
-    if (!whole_tile) {
-      // The block whose stages complete the tile converts it and leaves the workspace zeroed.
-      __threadfence();
-      __syncthreads();
-      if (thread == 0) {
-        const int before = atomicAdd(params.counters + tile, length);
-        is_last_block = before + length == ipt;
-        if (is_last_block) params.counters[tile] = 0;
-      }
-      __syncthreads();
-      if (is_last_block) {
-        __threadfence();
-        const int rows = min(G::kRows, params.m - m_block * G::kRows);
-        const int quads = rows * (G::kBlockN / 4);
-        // Deterministic (splits > 0): each quad adds its split slices in split order.
-        auto index_of = [&](int q) {
-          const int r = q / (G::kBlockN / 4);
-          const int c4 = q - r * (G::kBlockN / 4);
-          return static_cast<std::size_t>(m_block * G::kRows + r) * params.n +
-                 n_block * G::kBlockN + c4 * 4;
-        };
-        fix_up_tile<T, G::kThreads, 4>(
-            thread, quads, index_of, params.partial, static_cast<std::size_t>(params.m) * params.n,
-            params.splits > 0 ? params.splits : 1, params.splits == 0, y);
-      }
-    }
-  };
-
-  // Prologue: kStages-1 stages in flight before the first compute.
-  Position load_position = position_of(begin);
-  Position compute_position = load_position;
-  constexpr int kWarps = G::kThreads / 32;
-  if constexpr (kBulk) {
-    if (thread < kStages) barrier_init(&full[thread], 1);
-    if (kBulk == 2 && thread < kStages) barrier_init(&empty[thread], kWarps);
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (begin + s < end) {
-        if (warp == 0) load_stage_bulk(load_position, s);
-        advance(load_position);
-      }
-    }
-  } else {
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (begin + s < end) {
-        load_stage(load_position, s);
-        advance(load_position);
-      }
-      copy_async_commit();
-    }
-  }
-  int segment_start = begin;
-  int read_slot = 0;
-  int write_slot = kStages - 1;
-  std::uint32_t phases = 0;        // bulk: bit s = parity of slot s's next fill
-  std::uint32_t empty_phases = 0;  // kBulk 2: bit s = parity of slot s's next release
-  for (int it = begin; it < end; ++it) {
-    if constexpr (kBulk == 1) {
-      barrier_wait(&full[read_slot], (phases >> read_slot) & 1u);
-      phases ^= 1u << read_slot;
-      // Every warp is done with write_slot (read last iteration) before it is refilled.
-      __syncthreads();
-      if (it + kStages - 1 < end) {
-        if (warp == 0) load_stage_bulk(load_position, write_slot);
-        advance(load_position);
-      }
-    } else if constexpr (kBulk == 2) {
-      barrier_wait(&full[read_slot], (phases >> read_slot) & 1u);
-      phases ^= 1u << read_slot;
-      if (it + kStages - 1 < end) {
-        const bool issuer = warp == (it - begin) % kWarps;
-        if (it > begin) {  // write_slot was read in the previous iteration
-          if (issuer) barrier_wait(&empty[write_slot], (empty_phases >> write_slot) & 1u);
-          empty_phases ^= 1u << write_slot;
-        }
-        if (issuer) load_stage_bulk(load_position, write_slot);
-        advance(load_position);
-      }
-    } else {
-      copy_async_wait<kStages - 2>();
-      __syncthreads();
-      if (it + kStages - 1 < end) {
-        load_stage(load_position, write_slot);
-        advance(load_position);
-      }
-      copy_async_commit();
-    }
-    write_slot = write_slot + 1 == kStages ? 0 : write_slot + 1;
-    compute_stage(compute_position.kk, read_slot);
-    if constexpr (kBulk == 2) {
-      __syncwarp();
-      if (lane == 0) barrier_arrive(&empty[read_slot]);
-    }
-    read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
-    if (compute_position.kk + 1 == ipt || it + 1 == end) {
-      flush(compute_position, it + 1 - segment_start);
-      clear();
-      current_group = -1;
-      segment_start = it + 1;
-    }
-    advance(compute_position);
-  }
-  if constexpr (kBulk == 0) copy_async_wait<0>();
-}
-
-// ---- helpers for the other paths ----
-
 // xp[m][i] = x[m][perm[i]]: act-order checkpoints feed rows in group order.
 template <typename T>
 __global__ void k_permute_columns(const T* __restrict__ x, const int* __restrict__ perm,
@@ -641,183 +45,11 @@ __global__ void k_permute_columns(const T* __restrict__ x, const int* __restrict
   }
 }
 
-// Writes the dense weight w[N][K] (nn.Linear layout) for cuBLAS: one thread per 16-byte chunk.
-template <typename T>
-__global__ void k_w4a16_dequantize(const uint4* __restrict__ tiles,
-                                   const std::uint16_t* __restrict__ scales,
-                                   const std::uint8_t* __restrict__ zeros, T* __restrict__ w, int n,
-                                   int k, int group_size) {
-  using Pair = typename TypeTraits<T>::Pair;
-  const int k_tiles = k / kTileK;
-  const std::size_t chunks = static_cast<std::size_t>(n / kTileN) * k_tiles * 32;
-  for (std::size_t c = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; c < chunks;
-       c += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const int lane = static_cast<int>(c % 32);
-    const std::size_t tile_index = c / 32;
-    const int strip = static_cast<int>(tile_index / k_tiles);
-    const int t = static_cast<int>(tile_index % k_tiles);
-    const int g = lane / 4;
-    const int quad = lane % 4;
-    const int group = t * kTileK / group_size;
-    const uint4 packed = tiles[c];
-    const std::uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
-    const std::size_t group_base =
-        (static_cast<std::size_t>(group) * (n / kTileN) + strip) * kTileN + g * 8;
-#pragma unroll
-    for (int word = 0; word < 4; ++word) {
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        const int j = 2 * word + s / 2;
-        const std::uint32_t zero = zeros != nullptr ? zeros[group_base + j] : 8u;
-        const std::uint32_t scale_bits = scales[group_base + j];
-        const Pair raw =
-            as_pair<Pair>(and_or(words[word] >> (4 * s), 0x000f000fu, TypeTraits<T>::kMagic));
-        const Pair value =
-            __hmul2(__hsub2(raw, as_pair<Pair>(TypeTraits<T>::kMagic | (zero * 0x00010001u))),
-                    as_pair<Pair>(scale_bits | (scale_bits << 16)));
-        const int col = strip * kTileN + 8 * j + g;
-        const int row = t * kTileK + 2 * quad + 8 * (s % 2);
-        *reinterpret_cast<Pair*>(w + static_cast<std::size_t>(col) * k + row) = value;
-      }
-    }
-  }
-}
-
-// ---- configuration ----
-
-using KernelFunction = void (*)(KernelParams);
-
-struct Variant {
-  KernelFunction function;
-  bool swapped;
-  int m_tiles, rows, warps_n, warps_k, stages, threads, stage_k;
-  std::size_t shared_bytes;
-};
-
-template <typename T, bool kSwap, int kWarpsN, int kWarpsK, int kMTiles, int kStages,
-          int kMinBlocks, int kStageTiles = 4, int kBulk = 0>
-Variant make_variant() {
-  using G = Geometry<kSwap, kWarpsN, kWarpsK, kMTiles, kStages, kStageTiles>;
-  return Variant{
-      &k_w4a16_gemm<T, kSwap, kWarpsN, kWarpsK, kMTiles, kStages, kMinBlocks, kStageTiles, kBulk>,
-      kSwap,
-      kMTiles,
-      G::kRows,
-      kWarpsN,
-      kWarpsK,
-      kStages,
-      G::kThreads,
-      G::kStageK,
-      static_cast<std::size_t>(G::kSharedBytes)};
-}
-
-// x-rows kernel: stages per m-tile count, 2 blocks/SM fit for 1-2 m-tiles, one deep pipeline
-// for 4. Swapped (weights as A) kernel for small M: 8, 16 or 32 rows a block, and at most ~97 KB
-// of shared memory up to 16 rows so that sm_86/89 can run it too. pipeline (swapped, M <= 16
-// only): 0 = cp.async by every thread; Hopper bulk copies with 1 = a block barrier per stage,
-// 2 = the same with 128-k stages, 3 = per-slot release barriers, 4 = the same with 128-k stages
-// (the 4-strip-wide kernel; the narrow one has 3 for any pipeline > 0); 5 = 2 with 2 warps along
-// K per strip (256 threads, 2 blocks/SM).
-template <typename T>
-Variant select_variant(bool swapped, int m_tiles, bool wide, int pipeline) {
-  if (swapped) {
-    if (wide) {
-      // 4 warps, each all four k16 tiles of a stage (the per-stage work amortised over 4 tiles),
-      // 4 blocks (16 warps) per SM with 3 stages in flight each.
-      if (pipeline == 1 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4, 4, 1>();
-      if (pipeline == 1 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3, 4, 1>();
-      if (pipeline == 2 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 3, 3, 8, 1>();
-      if (pipeline == 2 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 3, 3, 8, 1>();
-      if (pipeline == 3 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4, 4, 2>();
-      if (pipeline == 3 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3, 4, 2>();
-      if (pipeline == 4 && m_tiles == 1) return make_variant<T, true, 4, 1, 1, 3, 3, 8, 2>();
-      if (pipeline == 4 && m_tiles == 2) return make_variant<T, true, 4, 1, 2, 3, 3, 8, 2>();
-      // Not measured or tested on a GPU yet (off unless GPUOPT_W4A16_PIPELINE=5): 128-k stages
-      // split over 2 warps along K, so 16 warps per SM at <= 128 registers.
-      if (pipeline == 5 && m_tiles == 1) return make_variant<T, true, 4, 2, 1, 4, 2, 8, 1>();
-      if (m_tiles == 1) return make_variant<T, true, 4, 1, 1, 4, 4>();
-      if (m_tiles == 2) return make_variant<T, true, 4, 1, 2, 4, 3>();
-      return make_variant<T, true, 4, 2, 4, 6, 1>();
-    }
-    if (pipeline >= 1 && m_tiles == 1) return make_variant<T, true, 1, 4, 1, 7, 2, 4, 2>();
-    if (pipeline >= 1 && m_tiles == 2) return make_variant<T, true, 1, 4, 2, 6, 2, 4, 2>();
-    if (m_tiles == 1) return make_variant<T, true, 1, 4, 1, 7, 2>();
-    if (m_tiles == 2) return make_variant<T, true, 1, 4, 2, 6, 2>();
-    return make_variant<T, true, 1, 4, 4, 6, 1>();
-  }
-  if (wide) {
-    if (m_tiles == 1) return make_variant<T, false, 4, 2, 1, 6, 2>();
-    if (m_tiles == 2) return make_variant<T, false, 4, 2, 2, 4, 1>();
-    return make_variant<T, false, 4, 2, 4, 6, 1>();
-  }
-  if (m_tiles == 1) return make_variant<T, false, 1, 4, 1, 6, 2>();
-  if (m_tiles == 2) return make_variant<T, false, 1, 4, 2, 4, 1>();
-  return make_variant<T, false, 1, 4, 4, 6, 1>();
-}
-
-Variant variant_for(ActivationType type, bool swapped, int m_tiles, bool wide, int pipeline = 0) {
-  return type == ActivationType::kFloat16
-             ? select_variant<__half>(swapped, m_tiles, wide, pipeline)
-             : select_variant<__nv_bfloat16>(swapped, m_tiles, wide, pipeline);
-}
-
-// The swapped kernel's copy pipeline on this device (W4A16Config::pipeline). Bulk copies need
-// sm_90 code (not PTX JIT'd from an older arch); 128-k stages need K % 128 == 0 and groups of a
-// multiple of 64 (a stage then spans at most two groups). Default: 2 (bulk, 128-k stages) at M = 1
-// on large layers, where the H200 measured 3-5 % less time than cp.async; cp.async elsewhere
-// (bulk was slower at M = 8 and 16, and is unmeasured on small layers; docs/w4a16-gemm.md).
-// GPUOPT_W4A16_PIPELINE=0..5 picks one, to compare them.
-StatusOr<int> swapped_pipeline(const W4A16DeviceWeights& w, int m, int m_tiles, bool wide,
-                               int device) {
-  int major = 0;
-  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  if (major < 9 || m_tiles > 2) return 0;
-  const bool k128 = wide && w.k % 128 == 0 && w.group_size % 64 == 0;
-  const bool large = static_cast<long long>(w.k) * w.n >= (1ll << 27);
-  int pipeline = m == 1 && k128 && large ? 2 : 0;
-  if (const char* env = std::getenv("GPUOPT_W4A16_PIPELINE"); env != nullptr) {
-    if (env[0] >= '0' && env[0] <= '5' && env[1] == '\0') pipeline = env[0] - '0';
-  }
-  if (!k128 && (pipeline == 2 || pipeline == 4)) --pipeline;
-  if (pipeline == 5 && (!k128 || m_tiles != 1)) pipeline = k128 ? 2 : 1;  // 16 rows would spill
-  if (pipeline > 0) {
-    cudaFuncAttributes attributes{};
-    GPUOPT_CUDA_TRY(cudaFuncGetAttributes(
-        &attributes, reinterpret_cast<const void*>(
-                         variant_for(w.type, true, m_tiles, wide, pipeline).function)));
-    if (attributes.binaryVersion < 90) pipeline = 0;
-  }
-  return pipeline;
-}
-
-Status cublas_status(cublasStatus_t status, const char* what) {
-  if (status == CUBLAS_STATUS_SUCCESS) return ok_status();
-  const StatusCode code = status == CUBLAS_STATUS_ALLOC_FAILED      ? StatusCode::kResourceExhausted
-                          : status == CUBLAS_STATUS_NOT_INITIALIZED ? StatusCode::kUnavailable
-                                                                    : StatusCode::kInternal;
-  return Status(code, text(what, ": ", cublasGetStatusName(status), " (",
-                           cublasGetStatusString(status), ")"));
-}
-
 struct Plan {
   W4A16Config config;
   std::size_t partial_offset = 0, counters_offset = 0, permuted_offset = 0, dense_offset = 0;
   std::size_t workspace_bytes = 0;
 };
-
-// The direct (4) and wgmma (5) kernels to try, in order; empty = the original kernels. The direct
-// kernel up to 16 rows, the wgmma kernel above (it refuses where there is no sm_90 code; the
-// original kernels run there), both measured faster than the original kernels at every M on the
-// H200; on small layers (K x N <= 2^24) the wgmma kernel from 8 rows (4096 x 4096: 12.3 vs 16.0 us
-// at M = 8, 13.6 vs 19.5 at M = 16; docs/PERFORMANCE.md). Never in deterministic mode (its k-split
-// must not depend on M) or when another path is forced.
-std::vector<int> extra_kernels(const W4A16DeviceWeights& w, int m, const W4A16Options& options) {
-  if (options.deterministic || options.force_path >= 0) return {};
-  const bool small = static_cast<long long>(w.k) * w.n <= (1ll << 24);
-  if (m > 16) return {5};
-  if (small && m >= 8) return {5, 4};
-  return {4};
-}
 
 // The device's SM count, after checking W4A16Options::sm_count against it (0, or 1..that count).
 StatusOr<int> device_sms_checked(int device, int sm_count) {
@@ -832,6 +64,7 @@ StatusOr<int> device_sms_checked(int device, int sm_count) {
 }
 
 StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Options& options) {
+  GPUOPT_RETURN_IF_ERROR(check_w4a16_options(options));
   const W4A16DeviceWeights& w = *arguments.weights;
   const int m = arguments.m;
   Plan plan;
@@ -846,9 +79,7 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
     GPUOPT_ASSIGN_OR_RETURN(fallback_min_m,
                             W4A16Gemm::auto_fallback_min_m(w, device, options.sm_count));
   }
-  bool fallback = fallback_min_m > 0 && m >= fallback_min_m;
-  if (options.deterministic) fallback = false;  // cuBLAS chooses its kernel by M
-  if (options.force_path >= 0) fallback = options.force_path == 1;
+  bool fallback = takes_fallback(m, fallback_min_m, options);
   std::size_t offset = 0;
   if (w.perm != nullptr) {
     plan.permuted_offset = offset;
@@ -857,20 +88,15 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
   int optin = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const bool wide = w.n % (4 * kTileN) == 0;
-  // M <= 16: the swapped kernel (weights as the mma A operand). Deterministic runs always use
-  // the x-rows kernel, so that a row's arithmetic is the same whatever M.
-  bool swapped = m <= 16;
-  if (options.force_path == 2) swapped = false;
-  if (options.force_path == 3) swapped = true;
-  if (options.deterministic) swapped = false;
-  int m_tiles = swapped ? (m <= 8 ? 1 : m <= 16 ? 2 : 4) : (m <= 16 ? 1 : m <= 32 ? 2 : 4);
+  const bool swapped = swapped_for(m, options);
+  int m_tiles = initial_m_tiles(m, swapped);
   // The deepest m-tiling whose shared memory this GPU allows (Ampere/Ada give a block 99-163 KB,
   // less than the 4-m-tile kernel wants); none fits: the cuBLAS path.
-  while (m_tiles > 1 && variant_for(w.type, swapped, m_tiles, wide).shared_bytes >
-                            static_cast<std::size_t>(optin)) {
+  while (m_tiles > 1 &&
+         tiled_shared_bytes(w.type, swapped, m_tiles, wide) > static_cast<std::size_t>(optin)) {
     m_tiles /= 2;
   }
-  if (variant_for(w.type, swapped, m_tiles, wide).shared_bytes > static_cast<std::size_t>(optin)) {
+  if (tiled_shared_bytes(w.type, swapped, m_tiles, wide) > static_cast<std::size_t>(optin)) {
     fallback = true;
   }
   if (fallback) {
@@ -881,17 +107,19 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
     return plan;
   }
   config.path = W4A16Path::kTensorCore;
-  // The direct and wgmma kernels: forced, or chosen by M (extra_kernels above).
-  const std::vector<int> extras = options.force_path == 4 || options.force_path == 5
-                                      ? std::vector<int>{options.force_path}
-                                      : extra_kernels(w, m, options);
-  for (const int extra : extras) {
+  // The direct and wgmma kernels: forced, or chosen by M (kernel_candidates, w4a16_plan.cpp).
+  const std::vector<W4A16ForcePath> extras =
+      options.force_path == W4A16ForcePath::kDirect || options.force_path == W4A16ForcePath::kWgmma
+          ? std::vector<W4A16ForcePath>{options.force_path}
+          : kernel_candidates(w.k, w.n, m, options);
+  for (const W4A16ForcePath extra : extras) {
+    const bool direct = extra == W4A16ForcePath::kDirect;
     StatusOr<w4a16_detail::KernelPlan> kernel_plan =
-        extra == 4 ? w4a16_detail::plan_direct(w, m, device, sms)
-                   : w4a16_detail::plan_wgmma(w, m, device, sms);
+        direct ? w4a16_detail::plan_direct(w, m, device, sms, options.tuning)
+               : w4a16_detail::plan_wgmma(w, m, device, sms, options.tuning);
     if (!kernel_plan.ok() && options.force_path == extra) return kernel_plan.status();
     if (kernel_plan.ok()) {
-      config.kernel = extra == 4 ? W4A16Kernel::kDirect : W4A16Kernel::kWgmma;
+      config.kernel = direct ? W4A16Kernel::kDirect : W4A16Kernel::kWgmma;
       w4a16_detail::store_plan(*kernel_plan, config);
       plan.partial_offset = offset;
       offset = align256(offset + kernel_plan->workspace_bytes);
@@ -900,49 +128,10 @@ StatusOr<Plan> make_plan(const W4A16Gemm::Arguments& arguments, const W4A16Optio
       return plan;
     }
   }
-  config.kernel = swapped ? W4A16Kernel::kSwapped : W4A16Kernel::kXRows;
-  config.m_tiles = m_tiles;
-  config.swapped = swapped;
-  if (swapped) {
-    GPUOPT_ASSIGN_OR_RETURN(config.pipeline, swapped_pipeline(w, m, m_tiles, wide, device));
-  }
-  const Variant variant = variant_for(w.type, swapped, config.m_tiles, wide, config.pipeline);
-  config.block_m = variant.rows;
-  config.block_n = variant.warps_n * kTileN;
-  config.threads = variant.threads;
-  config.stages = variant.stages;
-  config.shared_bytes = variant.shared_bytes;
-  const int m_blocks = (m + config.block_m - 1) / config.block_m;
-  config.tiles = m_blocks * (w.n / config.block_n);
-  config.iterations = config.tiles * (w.k / variant.stage_k);
-
-  GPUOPT_CUDA_TRY(cudaFuncSetAttribute(variant.function,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(variant.shared_bytes)));
-  int per_sm = 0;
-  GPUOPT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, variant.function, variant.threads, variant.shared_bytes));
-  if (per_sm < 1) return internal_error("W4A16 kernel: occupancy calculator says 0 blocks per SM");
-  config.blocks_per_sm = per_sm;
-  // Stream-K: one full wave, each block an equal share of all k-stages of all tiles; at least 4
-  // stages each so the pipeline fills.
-  int blocks = std::min(per_sm * sms, std::max(1, config.iterations / 4));
-  if (options.force_blocks > 0) blocks = std::min(options.force_blocks, config.iterations);
-  std::size_t partial_slices = 1;
-  if (options.deterministic) {
-    // A fixed k-split per tile from N, K and the SM count only (never M), about two blocks per SM
-    // for one m-block, each split at least 4 stages long. With splits x tiles blocks, the stream-K
-    // partition below gives block b exactly split b % splits of tile b / splits.
-    const int ipt = w.k / kStageK;
-    const int n_tiles = w.n / config.block_n;
-    const int splits = std::clamp((2 * sms + n_tiles / 2) / n_tiles, 1, std::max(1, ipt / 4));
-    config.splits = splits;
-    blocks = config.tiles * splits;
-    partial_slices = static_cast<std::size_t>(splits);
-  }
-  config.blocks = blocks;
+  GPUOPT_ASSIGN_OR_RETURN(const int partial_slices,
+                          plan_tiled(w, m, swapped, m_tiles, wide, device, sms, options, config));
   plan.partial_offset = offset;
-  offset = align256(offset + partial_slices * m * w.n * sizeof(float));
+  offset = align256(offset + static_cast<std::size_t>(partial_slices) * m * w.n * sizeof(float));
   plan.counters_offset = offset;
   offset = align256(offset + static_cast<std::size_t>(config.tiles) * sizeof(int));
   plan.workspace_bytes = offset;
@@ -962,12 +151,11 @@ StatusOr<W4A16DeviceWeights> W4A16DeviceWeights::upload(const W4A16Weights& weig
   out.group_size = weights.group_size;
   out.type = weights.type;
   out.has_zeros = weights.has_zeros;
-  out.owns_ = true;
   auto copy = [&](const void* host, std::size_t bytes, const void*& device) -> Status {
-    void* pointer = nullptr;
-    GPUOPT_CUDA_TRY(cudaMalloc(&pointer, bytes));
-    device = pointer;
-    GPUOPT_CUDA_TRY(cudaMemcpyAsync(pointer, host, bytes, cudaMemcpyHostToDevice, stream));
+    GPUOPT_ASSIGN_OR_RETURN(runtime::DeviceBuffer buffer, runtime::DeviceBuffer::allocate(bytes));
+    GPUOPT_RETURN_IF_ERROR(buffer.copy_from_host(host, bytes, stream));
+    device = buffer.data();
+    out.buffers_.push_back(std::move(buffer));
     return ok_status();
   };
   GPUOPT_RETURN_IF_ERROR(copy(weights.tiles.data(), weights.tiles.size() * 4, out.tiles));
@@ -989,7 +177,6 @@ W4A16DeviceWeights::W4A16DeviceWeights(W4A16DeviceWeights&& other) noexcept {
 
 W4A16DeviceWeights& W4A16DeviceWeights::operator=(W4A16DeviceWeights&& other) noexcept {
   if (this != &other) {
-    release();
     k = other.k;
     n = other.n;
     group_size = other.group_size;
@@ -999,23 +186,14 @@ W4A16DeviceWeights& W4A16DeviceWeights::operator=(W4A16DeviceWeights&& other) no
     scales = other.scales;
     zeros = other.zeros;
     perm = other.perm;
-    owns_ = other.owns_;
+    buffers_ = std::move(other.buffers_);  // frees this one's own buffers first
     other.tiles = other.scales = other.zeros = other.perm = nullptr;
-    other.owns_ = false;
+    other.buffers_.clear();
   }
   return *this;
 }
 
-W4A16DeviceWeights::~W4A16DeviceWeights() { release(); }
-
-void W4A16DeviceWeights::release() {
-  if (!owns_) return;
-  for (const void* pointer : {tiles, scales, zeros, perm}) {
-    if (pointer != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(const_cast<void*>(pointer)));
-  }
-  tiles = scales = zeros = perm = nullptr;
-  owns_ = false;
-}
+W4A16DeviceWeights::~W4A16DeviceWeights() = default;
 
 std::size_t W4A16DeviceWeights::compressed_bytes() const {
   const std::size_t groups = static_cast<std::size_t>(k / group_size);
@@ -1026,13 +204,7 @@ std::size_t W4A16DeviceWeights::compressed_bytes() const {
 
 W4A16Gemm::W4A16Gemm(W4A16Options options) : options_(options) {}
 
-W4A16Gemm::~W4A16Gemm() {
-  if (cublas_ != nullptr) {
-    const cublasStatus_t status = cublasDestroy(static_cast<cublasHandle_t>(cublas_));
-    if (status != CUBLAS_STATUS_SUCCESS)
-      report_unreturnable(cublas_status(status, "cublasDestroy"));
-  }
-}
+W4A16Gemm::~W4A16Gemm() { w4a16_detail::destroy_cublas_handle(cublas_); }
 
 Status W4A16Gemm::can_implement(const Arguments& arguments) {
   if (arguments.weights == nullptr) return invalid_argument("W4A16Gemm: no weights given");
@@ -1053,52 +225,14 @@ Status W4A16Gemm::can_implement(const Arguments& arguments) {
 
 StatusOr<int> W4A16Gemm::auto_fallback_min_m(const W4A16DeviceWeights& weights, int device,
                                              int sm_count) {
-  // H200, 2026-11-30 06:26 UTC (docs/PERFORMANCE.md, "When cuBLAS takes over"), int4 kernel vs
-  // cuBLAS fp16 in the same run. The wgmma kernel's time is flat inside a token tile (32, 64, 128
-  // tokens), so it loses from the first M of the tile where cuBLAS wins:
-  // - K x N >= 2^27 (8192 x 28672, 28672 x 8192): faster up to M = 128 (1.05-1.11x), 0.78x at 256
-  //   -> cuBLAS from M = 129 (timed in blocks; with the bench's interleaved timing, run 45, M = 128
-  //   is 1.00x / 1.15x, a tie on 8192 x 28672);
-  // - 2^25 <= K x N < 2^27, after the wgmma fix-up and copy changes (2026-11-30 13:49 and 14:10
-  //   UTC, the int4 kernel forced): with K < N, 3584 x 18944 (Qwen2-7B) 1.08x at M = 33, 1.01x
-  //   at 40, 0.96x at 48, and 4096 x 14336 1.13-1.14x at 40, 1.02-1.04x at 48, 0.95-0.96x at 56
-  //   -> from 40; with K >= N (14336 x 4096, 8192 x 8192, 18944 x 3584) at least 1.05x at every
-  //   M up to 64, and since the k-splits' shared fix-up (2026-11-30 18:38 UTC, same call, two
-  //   repetitions) 1.09 / 1.19 / 1.13x at M = 65, 1.06-1.07 / 1.22-1.23 / 1.15-1.16x at 96,
-  //   1.04-1.06 / 1.18-1.19 / 1.14x at 128 (8192 x 8192 back to back 0.99-1.01x there), 0.61 /
-  //   0.74 / 0.70x at 160 -> from 129 (before it, 18944 x 3584 was 0.93x at 65);
-  // - smaller layers: 4096 x 4096 ties cuBLAS at M = 17..32 (int4 15.8-16.4 us vs cuBLAS
-  //   15.6-17.4 over five runs) and loses from 33 (0.91x) -> from 33.
-  // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel, slower
-  // than cuBLAS from M = 32 on the H200 (first session) -> from 17.
   GPUOPT_ASSIGN_OR_RETURN(const int sms, device_sms_checked(device, sm_count));
   const StatusOr<w4a16_detail::KernelPlan> wgmma =
-      w4a16_detail::plan_wgmma(weights, 32, device, sms);
+      w4a16_detail::plan_wgmma(weights, 32, device, sms, W4A16Tuning{});
   if (!wgmma.ok() && wgmma.status().code() != StatusCode::kFailedPrecondition) {
     return wgmma.status();
   }
-  const long long size = static_cast<long long>(weights.k) * weights.n;
-  const int whole = !wgmma.ok()           ? 17
-                    : size >= (1ll << 27) ? 129
-                    : size >= (1ll << 25) ? (weights.k >= weights.n ? 129 : 40)
-                                          : 33;
-  // A green-context partition of sm_count SMs (W4A16Options::sm_count). cuBLAS still nearly
-  // saturates HBM on half the H200 (M=1 on 8192 x 28672: 113.9 us on 72 SMs, 111.3 on 132) while
-  // the int4 kernels, bound by their work per SM, slow down with the SMs (M=1: 36.4 us on 132,
-  // 51.5 on 72, 196.5 on 16), so the crossover falls with the partition's share of the SMs.
-  // Measured on partitions of 16 to 104 of 132 SMs (2026-11-30 19:48-19:53 UTC, the int4 kernel
-  // forced against cuBLAS fp16 on the same partition; the defaults then checked on 8 to 120, 8192 x
-  // 28672, 28672 x 8192, 4096 x 14336, 4096 x 4096; docs/PERFORMANCE.md):
-  // - 104 SMs (share 0.79) and 88 (0.67): faster up to M=64 (1.60x / 1.23-1.40x on the 70B
-  //   shapes), but on 8192 x 28672 0.84-0.99x at M=65-96 (104 SMs) and 0.76-0.96x at 65-128 (88):
-  //   its 112 tiles of 128 tokens no longer fit one wave (the whole GPU: 1.03-1.14x there) ->
-  //   from 65, the whole GPU's table only from 90 % of the SMs (112 of 132 would still hold the
-  //   tiles);
-  // - 72 (0.55): faster up to M=64 (1.18-1.21x on the 70B shapes; 4096 x 14336 0.99x at 64),
-  //   0.81-0.85x at 128 -> from 65;
-  // - 48 (0.36): 1.48-1.50x at M=16, 0.99-1.12x at 32 (a tie on 8192 x 28672), 0.84-0.99x at 64;
-  //   32 (0.24): 1.12-1.18x at 16, 0.79-0.91x at 32 -> from 17;
-  // - 16 (0.12): 1.07-1.19x at 8, 0.93-0.99x at 16 -> from 9.
+  // The measured crossovers (w4a16_plan.cpp): the whole GPU's, then a partition's.
+  const int whole = w4a16_detail::whole_gpu_takeover_m(weights.k, weights.n, wgmma.ok());
   return w4a16_detail::partition_takeover_m(whole, sm_count, sms);
 }
 
@@ -1125,27 +259,12 @@ Status W4A16Gemm::initialize(const Arguments& arguments, void* workspace, Stream
                                     plan.workspace_bytes - plan.partial_offset, stream));
   } else {
     if (cublas_ == nullptr) {
-      cublasHandle_t handle = nullptr;
-      GPUOPT_RETURN_IF_ERROR(cublas_status(cublasCreate(&handle), "cublasCreate"));
-      cublas_ = handle;
+      GPUOPT_ASSIGN_OR_RETURN(cublas_, w4a16_detail::create_cublas_handle());
     }
     // The weights never change after upload, so they are dequantised once, here; run() is then
     // cuBLAS alone (plus the act-order permute). This costs a dense N x K copy in the workspace.
-    const W4A16DeviceWeights& w = *arguments.weights;
-    void* dense = static_cast<unsigned char*>(workspace) + plan.dense_offset;
-    const std::size_t chunks = static_cast<std::size_t>(w.n / kTileN) * (w.k / kTileK) * 32;
-    const int blocks = static_cast<int>(std::min<std::size_t>(65536, (chunks + 255) / 256));
-    const auto* tiles = static_cast<const uint4*>(w.tiles);
-    const auto* scales = static_cast<const std::uint16_t*>(w.scales);
-    const auto* zeros = static_cast<const std::uint8_t*>(w.zeros);
-    if (w.type == ActivationType::kFloat16) {
-      k_w4a16_dequantize<<<blocks, 256, 0, stream>>>(
-          tiles, scales, zeros, static_cast<__half*>(dense), w.n, w.k, w.group_size);
-    } else {
-      k_w4a16_dequantize<<<blocks, 256, 0, stream>>>(
-          tiles, scales, zeros, static_cast<__nv_bfloat16*>(dense), w.n, w.k, w.group_size);
-    }
-    GPUOPT_CUDA_TRY_LAUNCH();
+    GPUOPT_RETURN_IF_ERROR(w4a16_detail::dequantize_weights(
+        *arguments.weights, static_cast<unsigned char*>(workspace) + plan.dense_offset, stream));
   }
   plan_offsets_[0] = plan.partial_offset;
   plan_offsets_[1] = plan.counters_offset;
@@ -1186,14 +305,7 @@ Status W4A16Gemm::run(StreamHandle stream) {
   if (config_.path == W4A16Path::kDequantCublas) {
     // The dense weight was written once by initialize().
     const void* dense = base + plan_offsets_[3];
-    cublasHandle_t handle = static_cast<cublasHandle_t>(cublas_);
-    GPUOPT_RETURN_IF_ERROR(cublas_status(cublasSetStream(handle, stream), "cublasSetStream"));
-    const float alpha = 1.0f, beta = 0.0f;
-    const cudaDataType_t data = w.type == ActivationType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
-    return cublas_status(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, w.n, m, w.k, &alpha, dense,
-                                      data, w.k, x, data, w.k, &beta, arguments_.y, data, w.n,
-                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                         "cublasGemmEx (W4A16 fallback)");
+    return w4a16_detail::run_dequantized(cublas_, w, m, x, dense, arguments_.y, stream);
   }
 
   if (config_.kernel == W4A16Kernel::kDirect || config_.kernel == W4A16Kernel::kWgmma) {
@@ -1204,57 +316,8 @@ Status W4A16Gemm::run(StreamHandle stream) {
                : w4a16_detail::run_wgmma(plan, w, m, x, arguments_.y, kernel_workspace, stream);
   }
 
-  KernelParams params{};
-  params.x = x;
-  params.y = arguments_.y;
-  params.tiles = static_cast<const uint4*>(w.tiles);
-  params.scales = static_cast<const std::uint16_t*>(w.scales);
-  params.zeros = static_cast<const std::uint8_t*>(w.zeros);
-  params.partial = reinterpret_cast<float*>(base + plan_offsets_[0]);
-  params.counters = reinterpret_cast<int*>(base + plan_offsets_[1]);
-  params.m = m;
-  params.n = w.n;
-  params.k = w.k;
-  params.group_size = w.group_size;
-  params.m_blocks = (m + config_.block_m - 1) / config_.block_m;
-  params.group_divisor = FastDivisor(static_cast<std::uint32_t>(w.group_size));
-  params.m_block_divisor = FastDivisor(static_cast<std::uint32_t>(params.m_blocks));
-  params.n_blocks = w.n / config_.block_n;
-  params.total_iterations = config_.iterations;
-  params.splits = config_.splits;
-  const Variant variant = variant_for(w.type, config_.swapped, config_.m_tiles,
-                                      config_.block_n == 4 * kTileN, config_.pipeline);
-  params.iterations_per_tile = w.k / variant.stage_k;
-  variant.function<<<config_.blocks, variant.threads, variant.shared_bytes, stream>>>(params);
-  GPUOPT_CUDA_TRY_LAUNCH();
-  return ok_status();
-}
-
-// ---- CublasGemm ----
-
-CublasGemm::~CublasGemm() {
-  if (handle_ != nullptr) {
-    const cublasStatus_t status = cublasDestroy(static_cast<cublasHandle_t>(handle_));
-    if (status != CUBLAS_STATUS_SUCCESS)
-      report_unreturnable(cublas_status(status, "cublasDestroy"));
-  }
-}
-
-Status CublasGemm::run(ActivationType type, int m, int n, int k, const void* x, const void* w_nk,
-                       void* y, StreamHandle stream) {
-  if (handle_ == nullptr) {
-    cublasHandle_t handle = nullptr;
-    GPUOPT_RETURN_IF_ERROR(cublas_status(cublasCreate(&handle), "cublasCreate"));
-    handle_ = handle;
-  }
-  cublasHandle_t handle = static_cast<cublasHandle_t>(handle_);
-  GPUOPT_RETURN_IF_ERROR(cublas_status(cublasSetStream(handle, stream), "cublasSetStream"));
-  const float alpha = 1.0f, beta = 0.0f;
-  const cudaDataType_t data = type == ActivationType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
-  return cublas_status(
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w_nk, data, k, x, data, k,
-                   &beta, y, data, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-      "cublasGemmEx");
+  return run_tiled(config_, w, m, x, arguments_.y, base + plan_offsets_[0], base + plan_offsets_[1],
+                   stream);
 }
 
 }  // namespace gpuopt::kernels

@@ -13,21 +13,8 @@ std::string_view activation_type_name(ActivationType type) {
 
 namespace {
 // The swapped kernel's copy pipeline (W4A16Config::pipeline) as the config column shows it.
-const char* pipeline_name(int pipeline) {
-  switch (pipeline) {
-    case 1:
-      return " bulk";
-    case 2:
-      return " bulk k128";
-    case 3:
-      return " bulk ring";
-    case 4:
-      return " bulk k128 ring";
-    case 5:
-      return " bulk k128 2wk";
-    default:
-      return "";
-  }
+const char* pipeline_name(W4A16Pipeline pipeline) {
+  return pipeline == W4A16Pipeline::kBulkK128 ? " bulk k128" : "";
 }
 }  // namespace
 

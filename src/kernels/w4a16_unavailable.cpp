@@ -15,7 +15,6 @@ W4A16DeviceWeights::W4A16DeviceWeights(W4A16DeviceWeights&& other) noexcept {
 }
 W4A16DeviceWeights& W4A16DeviceWeights::operator=(W4A16DeviceWeights&&) noexcept { return *this; }
 W4A16DeviceWeights::~W4A16DeviceWeights() = default;
-void W4A16DeviceWeights::release() {}
 std::size_t W4A16DeviceWeights::compressed_bytes() const { return 0; }
 
 W4A16Gemm::W4A16Gemm(W4A16Options options) : options_(options) {}

@@ -1,4 +1,4 @@
-// How the wgmma W4A16 kernel splits a layer between its blocks (w4a16_wgmma.cu), shared by the
+// How the wgmma W4A16 kernel splits a layer between its blocks (w4a16_sm90_wgmma.cu), shared by the
 // kernel and the CPU tests. Host- and device-compilable.
 //
 // The output is `tiles` tiles (column tile x token tiles + token tile), each `k_stages` stages of
@@ -57,7 +57,7 @@ GPUOPT_HOST_DEVICE WgmmaSegment wgmma_segment(long long u, long long end, int k_
 // partial into its own workspace slice, then every piece waits for the others and converts a share
 // of the tile): slot = the split, one of `pieces` = splits, and its share is slot of `pieces`.
 // 32-bit arithmetic only: in the kernel a 64-bit division is a subroutine call, and the epilogue's
-// code weighs on the main loop's register allocation (w4a16_wgmma.cu, kScatter).
+// code weighs on the main loop's register allocation (w4a16_sm90_wgmma.cu, kScatter).
 struct WgmmaPieces {
   int slot, pieces;
 };

@@ -12,6 +12,7 @@
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/kernels/safetensors.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 #if GPUOPT_CUDA
 #include <cuda_runtime_api.h>
@@ -82,32 +83,24 @@ StatusOr<std::vector<std::uint16_t>> run_on_gpu(const W4A16Weights& weights,
   GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   struct Cleanup {
     cudaStream_t stream;
-    std::vector<void*> buffers;
-    ~Cleanup() {
-      for (void* b : buffers) GPUOPT_CUDA_TRY_NO_THROW(cudaFree(b));
-      GPUOPT_CUDA_TRY_NO_THROW(cudaStreamDestroy(stream));
-    }
-  } cleanup{stream, {}};
+    ~Cleanup() { GPUOPT_CUDA_TRY_NO_THROW(cudaStreamDestroy(stream)); }
+  } cleanup{stream};
   GPUOPT_ASSIGN_OR_RETURN(W4A16DeviceWeights device, W4A16DeviceWeights::upload(weights, stream));
   const std::size_t x_bytes = x.size() * 2;
   const std::size_t y_bytes = static_cast<std::size_t>(m) * weights.n * 2;
-  void* dx = nullptr;
-  void* dy = nullptr;
-  GPUOPT_CUDA_TRY(cudaMalloc(&dx, x_bytes));
-  cleanup.buffers.push_back(dx);
-  GPUOPT_CUDA_TRY(cudaMalloc(&dy, y_bytes));
-  cleanup.buffers.push_back(dy);
-  GPUOPT_CUDA_TRY(cudaMemcpyAsync(dx, x.data(), x_bytes, cudaMemcpyHostToDevice, stream));
+  GPUOPT_ASSIGN_OR_RETURN(const runtime::DeviceBuffer dx, runtime::DeviceBuffer::allocate(x_bytes));
+  GPUOPT_ASSIGN_OR_RETURN(const runtime::DeviceBuffer dy, runtime::DeviceBuffer::allocate(y_bytes));
+  GPUOPT_RETURN_IF_ERROR(dx.copy_from_host(x.data(), x_bytes, stream));
   W4A16Gemm gemm;
-  W4A16Gemm::Arguments arguments{m, dx, dy, &device};
+  W4A16Gemm::Arguments arguments{m, dx.data(), dy.data(), &device};
   GPUOPT_ASSIGN_OR_RETURN(std::size_t workspace_bytes, gemm.workspace_size(arguments));
-  void* workspace = nullptr;
-  GPUOPT_CUDA_TRY(cudaMalloc(&workspace, std::max<std::size_t>(workspace_bytes, 256)));
-  cleanup.buffers.push_back(workspace);
-  GPUOPT_RETURN_IF_ERROR(gemm.initialize(arguments, workspace, stream));
+  GPUOPT_ASSIGN_OR_RETURN(
+      const runtime::DeviceBuffer workspace,
+      runtime::DeviceBuffer::allocate(std::max<std::size_t>(workspace_bytes, 256)));
+  GPUOPT_RETURN_IF_ERROR(gemm.initialize(arguments, workspace.data(), stream));
   GPUOPT_RETURN_IF_ERROR(gemm.run(stream));
   std::vector<std::uint16_t> y(static_cast<std::size_t>(m) * weights.n);
-  GPUOPT_CUDA_TRY(cudaMemcpyAsync(y.data(), dy, y_bytes, cudaMemcpyDeviceToHost, stream));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(y.data(), dy.data(), y_bytes, cudaMemcpyDeviceToHost, stream));
   GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
   std::fprintf(stderr, "gpuopt gemm: GPU path %s\n", gemm.config().describe().c_str());
   return y;

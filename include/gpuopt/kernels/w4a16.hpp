@@ -7,11 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpuopt/core/status.hpp"
 #include "gpuopt/kernels/quant_formats.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 struct CUstream_st;  // cudaStream_t without including CUDA headers
 
@@ -59,7 +62,8 @@ std::vector<float> w4a16_reference(const W4A16Weights& weights, const std::uint1
 
 // ---- GPU ----
 
-// Device copy of W4A16Weights (owns its buffers).
+// Device copy of W4A16Weights: upload() makes one that owns its buffers; one whose pointers are
+// set by hand (memory owned elsewhere) owns nothing.
 class W4A16DeviceWeights {
  public:
   static StatusOr<W4A16DeviceWeights> upload(const W4A16Weights& weights, StreamHandle stream);
@@ -80,8 +84,8 @@ class W4A16DeviceWeights {
   std::size_t compressed_bytes() const;
 
  private:
-  void release();
-  bool owns_ = false;
+  // The memory behind tiles, scales, zeros and perm when upload() made it.
+  std::vector<runtime::DeviceBuffer> buffers_;
 };
 
 enum class W4A16Path { kTensorCore, kDequantCublas };
@@ -89,6 +93,23 @@ enum class W4A16Path { kTensorCore, kDequantCublas };
 // with shared-memory stages (swapped), the weights streamed straight into registers (direct), or
 // Hopper wgmma. docs/w4a16-gemm.md describes each.
 enum class W4A16Kernel { kXRows, kSwapped, kDirect, kWgmma };
+
+// A path forced through W4A16Options::force_path (tests and benchmarks); kAuto lets initialize()
+// choose. kTensorCore: the tensor-core kernel chosen by M (no cuBLAS takeover); kXRows / kSwapped:
+// the original mma.sync kernels with x rows, or the weights, as the mma A operand; kDirect / kWgmma
+// fail in initialize() where they do not apply.
+enum class W4A16ForcePath { kAuto, kTensorCore, kDequantCublas, kXRows, kSwapped, kDirect, kWgmma };
+// "auto", "tensor-core", "dequant-cublas", "x-rows", "swapped", "direct", "wgmma".
+std::string_view w4a16_force_path_name(W4A16ForcePath path);
+// The inverse of w4a16_force_path_name; INVALID_ARGUMENT naming the value and the valid names.
+StatusOr<W4A16ForcePath> parse_w4a16_force_path(std::string_view name);
+
+// The swapped kernel's copy pipeline: cp.async by every thread, or Hopper bulk copies into 128-k
+// stages issued by one warp, with a block barrier per stage (kBulkK128).
+enum class W4A16Pipeline { kCpAsync, kBulkK128 };
+// "cp-async", "bulk-k128".
+std::string_view w4a16_pipeline_name(W4A16Pipeline pipeline);
+StatusOr<W4A16Pipeline> parse_w4a16_pipeline(std::string_view name);
 
 // What run() will do; chosen in initialize() from (M, N, K, SM count, occupancy).
 struct W4A16Config {
@@ -103,17 +124,52 @@ struct W4A16Config {
   int block_n = 256;     // columns per block tile
   int threads = 256;
   int stages = 4;
-  // Swapped kernel: 0 cp.async; Hopper bulk copies: 1 block barrier per stage, 2 the same with
-  // 128-k stages, 3 per-slot release barriers, 4 the same with 128-k stages, 5 = 2 with two
-  // warps along K per strip (not yet run on a GPU).
-  int pipeline = 0;
-  int blocks = 0;         // stream-K grid
-  int blocks_per_sm = 0;  // occupancy
-  int tiles = 0;          // output tiles
-  int iterations = 0;     // k-stages in total over all tiles
-  int splits = 0;         // deterministic: fixed k-splits per tile; 0 = stream-K with atomics
+  W4A16Pipeline pipeline = W4A16Pipeline::kCpAsync;  // the swapped kernel's
+  int blocks = 0;                                    // stream-K grid
+  int blocks_per_sm = 0;                             // occupancy
+  int tiles = 0;                                     // output tiles
+  int iterations = 0;                                // k-stages in total over all tiles
+  int splits = 0;  // deterministic: fixed k-splits per tile; 0 = stream-K with atomics
   std::size_t shared_bytes = 0;
   std::string describe() const;
+};
+
+// Overrides of the planner's own choices, for A/B runs and tests (`gpuopt bench gemm` maps its
+// flags here). The defaults leave every choice to the planner. Each applies only where its kernel
+// runs; a value out of range is INVALID_ARGUMENT in workspace_size() / initialize(), naming it.
+struct W4A16Tuning {
+  // The swapped kernel's copy pipeline (unset: bulk 128-k stages at M = 1 on layers of K x N >=
+  // 2^27 where the device has sm_90 code, cp.async elsewhere). Bulk copies apply only with sm_90
+  // code, N % 256 == 0, K % 128 == 0 and groups of a multiple of 64; elsewhere cp.async runs.
+  std::optional<W4A16Pipeline> pipeline;
+  // Direct kernel: the partial strips in the mma fragment layout (16-byte reductions) or the row
+  // layout (4-byte reductions of the M real rows). Unset: the fragment layout from M = 3.
+  std::optional<bool> direct_fragment_partials;
+  // Direct kernel, 9-16 rows with resident x: stages of 8 k16 tiles where K and the groups allow
+  // them. Unset: on layers of K x N >= 2^27; false: never; true: wherever they apply.
+  std::optional<bool> direct_tiles8;
+  // Direct kernel: x resident in shared memory (k-sliced where all of x does not fit), where one
+  // block's shared memory holds a slice and the rings. false: x streams through the warps' rings.
+  bool direct_resident_x = true;
+  // Direct kernel, resident x: this many k-slices (0: the cost model's choice) and at most this
+  // many blocks per slice (0: SMs / slices).
+  int direct_slices = 0;
+  int direct_slice_blocks = 0;
+  // Direct kernel, streamed x: blocks per SM, at most the occupancy (0: the occupancy).
+  int direct_blocks_per_sm = 0;
+  // wgmma kernel: the template instance, 7 (32 tokens), 8 (64) or 9 (128) (unset: by M), and the
+  // k-splits per output tile (0: the wave-fill choice; more than K / 64 is cut to K / 64). Forcing
+  // the splits turns the automatic stream-K off.
+  std::optional<int> wgmma_variant;
+  int wgmma_splits = 0;
+  // wgmma kernel: stream-K (one wave, each block an equal run of (tile, k-stage) units). Unset:
+  // where the k-splits leave the wave under-filled (32- and 64-token tiles, >= 12 stages a block).
+  std::optional<bool> wgmma_stream_k;
+  // wgmma kernel, stream-K: the grid (0: one wave), cut to the number of units.
+  int wgmma_stream_k_blocks = 0;
+  // wgmma kernel: the shared fix-up of k-splits where the splits fit one wave; false: the atomic
+  // partial sums.
+  bool wgmma_shared_fixup = true;
 };
 
 struct W4A16Options {
@@ -123,11 +179,8 @@ struct W4A16Options {
   // kernels stop beating cuBLAS on this GPU and layer, W4A16Gemm::auto_fallback_min_m().
   static constexpr int kAutoFallback = -1;
   int fallback_min_m = kAutoFallback;
-  // Forces a path for tests and benchmarks: -1 = choose, 0 = tensor cores (kernel chosen by M),
-  // 1 = dequantise + cuBLAS, 2 = tensor cores with x rows as the mma A operand, 3 = tensor cores
-  // with the weights as A (shared-memory stages), 4 = the direct kernel (weights streamed into
-  // registers), 5 = the Hopper wgmma kernel. 4 and 5 fail in initialize() where they do not apply.
-  int force_path = -1;
+  // Forces a path for tests and benchmarks (W4A16ForcePath); kAuto = choose.
+  W4A16ForcePath force_path = W4A16ForcePath::kAuto;
   // Overrides the stream-K grid (0 = occupancy x SMs). Ignored when `deterministic`.
   int force_blocks = 0;
   // The SMs the kernels are planned for: 0 = the device's; else the SM count of the green-context
@@ -144,7 +197,13 @@ struct W4A16Options {
   // split order. The dequantise + cuBLAS path is never taken (cuBLAS picks kernels by M). May be
   // slower than the default stream-K schedule, and needs splits x M x N x 4 bytes of workspace.
   bool deterministic = false;
+  // Overrides of the kernels' own plans (A/B runs and tests); the defaults change nothing.
+  W4A16Tuning tuning;
 };
+
+// OK, or INVALID_ARGUMENT naming the first field out of range (host-only: the device's own limits,
+// such as its SM count, are checked when a plan is made).
+Status check_w4a16_options(const W4A16Options& options);
 
 class W4A16Gemm {
  public:

@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <initializer_list>
 #include <optional>
 #include <random>
 #include <string>
@@ -15,6 +14,7 @@
 
 #include "gpuopt/kernels/quant_formats.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 
 #if GPUOPT_CUDA
 #include <cuda_runtime_api.h>
@@ -47,24 +47,29 @@ inline std::string case_name(const Case& c) {
   return std::string(activation_type_name(c.type)) + "_" + c.format.name + "_g" +
          (c.group_size < 0 ? std::string("channel") : std::to_string(c.group_size)) + "_m" +
          std::to_string(c.m) + "_k" + std::to_string(c.k) + "_n" + std::to_string(c.n) +
-         (c.options.force_path == 1  ? "_cublas"
-          : c.options.force_path > 1 ? "_path" + std::to_string(c.options.force_path)
-                                     : "") +
+         (c.options.force_path == W4A16ForcePath::kAuto
+              ? ""
+              : "_" + std::string(w4a16_force_path_name(c.options.force_path))) +
          (c.options.force_blocks > 0 ? "_grid" + std::to_string(c.options.force_blocks) : "");
 }
 
+// A stream and the device buffers of one test, freed at scope exit (the buffers first).
 struct Device {
   cudaStream_t stream = nullptr;
-  std::vector<void*> buffers;
+  std::vector<runtime::DeviceBuffer> buffers;
   ~Device() {
-    for (void* b : buffers) cudaFree(b);
+    buffers.clear();
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
+  // At least 256 bytes, so that a zero-byte workspace is still a valid pointer; null on failure
+  // (the test fails).
   void* allocate(std::size_t bytes) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, std::max<std::size_t>(bytes, 256)), cudaSuccess);
-    buffers.push_back(p);
-    return p;
+    StatusOr<runtime::DeviceBuffer> buffer =
+        runtime::DeviceBuffer::allocate(std::max<std::size_t>(bytes, 256));
+    EXPECT_TRUE(buffer.ok()) << buffer.status().to_string();
+    if (!buffer.ok()) return nullptr;
+    buffers.push_back(std::move(*buffer));
+    return buffers.back().data();
   }
 };
 
@@ -114,7 +119,7 @@ inline void check_case(const Case& c, int runs = 1, const char* describe_has = n
   ASSERT_TRUE(workspace_bytes.ok()) << workspace_bytes.status().to_string();
   void* workspace = device.allocate(*workspace_bytes);
   ASSERT_TRUE(gemm.initialize(arguments, workspace, stream).ok());
-  if (c.options.force_path == 1) {
+  if (c.options.force_path == W4A16ForcePath::kDequantCublas) {
     EXPECT_EQ(gemm.config().path, W4A16Path::kDequantCublas);
   }
   if (describe_has != nullptr) {
@@ -145,35 +150,6 @@ inline void check_case(const Case& c, int runs = 1, const char* describe_has = n
     EXPECT_LT(relative, tolerance) << "run " << run << " config " << gemm.config().describe();
   }
 }
-
-// Sets environment variables for one scope and then restores them (the kernels' A/B switches,
-// read when a W4A16Gemm is planned). An empty value reads as unset.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, int value) : ScopedEnv({{name, std::to_string(value)}}) {}
-  ScopedEnv(std::initializer_list<std::pair<const char*, std::string>> values) {
-    for (const auto& [name, value] : values) {
-      const char* before = std::getenv(name);
-      saved_.emplace_back(name,
-                          before != nullptr ? std::optional<std::string>(before) : std::nullopt);
-      setenv(name, value.c_str(), 1);
-    }
-  }
-  ~ScopedEnv() {
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-      if (it->second) {
-        setenv(it->first, it->second->c_str(), 1);
-      } else {
-        unsetenv(it->first);
-      }
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
-};
 
 }  // namespace gpuopt::kernels::w4a16_test
 #endif  // GPUOPT_CUDA

@@ -21,7 +21,7 @@
 namespace gpuopt::kernels {
 namespace {
 
-using namespace w4a16_test;  // NOLINT: Format, Case, check_case, ScopedEnv
+using namespace w4a16_test;  // NOLINT: Format, Case, check_case
 
 // The int4 kernels chosen by M, with the cuBLAS takeover (W4A16Options::kAutoFallback) off so
 // that every M here tests them; the takeover has its own test below.
@@ -76,7 +76,7 @@ TEST(W4A16GemmGpuStreamK, SplitTilesAcrossBlocksAndRunsTwice) {
 // kernel with 32-row blocks and several m-blocks, the x-rows kernel at small M.
 TEST(W4A16GemmGpuKernels, BothKernelFamiliesAtAnyM) {
   GPUOPT_REQUIRE_GPU();
-  for (int path : {2, 3}) {
+  for (W4A16ForcePath path : {W4A16ForcePath::kXRows, W4A16ForcePath::kSwapped}) {
     for (int m : {1, 9, 29, 70}) {
       W4A16Options options;
       options.force_path = path;
@@ -92,7 +92,7 @@ TEST(W4A16GemmGpuKernels, BothKernelFamiliesAtAnyM) {
 TEST(W4A16GemmGpuKernels, DirectKernelMatchesTwin) {
   GPUOPT_REQUIRE_GPU();
   W4A16Options options;
-  options.force_path = 4;
+  options.force_path = W4A16ForcePath::kDirect;
   const int shapes[][2] = {{1024, 512}, {512, 320}, {4096, 256}, {192, 64}, {2048, 1344}};
   int i = 0;
   for (ActivationType type : {ActivationType::kFloat16, ActivationType::kBFloat16}) {
@@ -113,36 +113,37 @@ TEST(W4A16GemmGpuKernels, DirectKernelMatchesTwin) {
 // 128-groups and leave most warps without units; 2 slices with 1 block each, so warps take many
 // units and cross strips (K = 4096, N = 2048); one block of one slice, whose warps store whole
 // strips directly (K = 1024, N = 2048); the first two again with the 16-row form's stages of 8
-// k16 tiles forced (GPUOPT_W4A16_DIRECT_TILES8=2; by default only on layers of K * N >= 2^27,
-// where K and the groups allow); and resident x off at M <= 2 through
-// GPUOPT_W4A16_DIRECT_RESIDENT=0. Group sizes that are and are not whole stages, per-channel,
-// zero-points, 8- and 16-row forms, each run twice (the workspace must be left clean).
+// k16 tiles forced (W4A16Tuning::direct_tiles8; by default only on layers of K * N >= 2^27,
+// where K and the groups allow); and resident x off at M <= 2 (direct_resident_x). Group sizes that
+// are and are not whole stages, per-channel, zero-points, 8- and 16-row forms, each run twice (the
+// workspace must be left clean).
 TEST(W4A16GemmGpuKernels, DirectKernelResidentXMatchesTwin) {
   GPUOPT_REQUIRE_GPU();
   W4A16Options options;
-  options.force_path = 4;
+  options.force_path = W4A16ForcePath::kDirect;
   struct Setting {
-    const char* resident;
-    const char* slices;
-    const char* slice_blocks;
-    int k, n;            // 0: the shapes below
-    const char* tiles8;  // GPUOPT_W4A16_DIRECT_TILES8 ("": the default)
+    bool resident;
+    int slices;        // 0: the planner's choice
+    int slice_blocks;  // 0: the planner's choice
+    int k, n;          // 0: the shapes below
+    bool tiles8;       // forced on (else the default)
   };
-  const Setting settings[] = {{"1", "", "", 0, 0, ""},         {"1", "3", "", 1024, 512, ""},
-                              {"1", "2", "1", 4096, 2048, ""}, {"1", "1", "1", 1024, 2048, ""},
-                              {"1", "", "", 0, 0, "2"},        {"1", "3", "", 1024, 512, "2"},
-                              {"0", "", "", 0, 0, ""}};
+  const Setting settings[] = {{true, 0, 0, 0, 0, false},       {true, 3, 0, 1024, 512, false},
+                              {true, 2, 1, 4096, 2048, false}, {true, 1, 1, 1024, 2048, false},
+                              {true, 0, 0, 0, 0, true},        {true, 3, 0, 1024, 512, true},
+                              {false, 0, 0, 0, 0, false}};
   const int shapes[][2] = {{1024, 512}, {192, 64}, {4096, 256}, {2048, 1344}};
   for (const Setting& setting : settings) {
-    ScopedEnv env({{"GPUOPT_W4A16_DIRECT_RESIDENT", setting.resident},
-                   {"GPUOPT_W4A16_DIRECT_SLICES", setting.slices},
-                   {"GPUOPT_W4A16_DIRECT_SLICE_BLOCKS", setting.slice_blocks},
-                   {"GPUOPT_W4A16_DIRECT_TILES8", setting.tiles8}});
-    SCOPED_TRACE(std::string("resident ") + setting.resident + " slices '" + setting.slices +
-                 "' slice blocks '" + setting.slice_blocks + "' tiles8 '" + setting.tiles8 + "'");
-    const bool resident = *setting.resident == '1';
-    const std::string slices =
-        *setting.slices != '\0' ? std::string(setting.slices) + "-slice" : "";
+    options.tuning.direct_resident_x = setting.resident;
+    options.tuning.direct_slices = setting.slices;
+    options.tuning.direct_slice_blocks = setting.slice_blocks;
+    options.tuning.direct_tiles8 = setting.tiles8 ? std::optional<bool>(true) : std::nullopt;
+    SCOPED_TRACE("resident " + std::to_string(setting.resident) + " slices " +
+                 std::to_string(setting.slices) + " slice blocks " +
+                 std::to_string(setting.slice_blocks) + " tiles8 " +
+                 std::to_string(setting.tiles8));
+    const bool resident = setting.resident;
+    const std::string slices = setting.slices > 0 ? std::to_string(setting.slices) + "-slice" : "";
     int i = 0;
     for (ActivationType type : {ActivationType::kFloat16, ActivationType::kBFloat16}) {
       for (const Format& format : {kFormats[1], kFormats[2], kFormats[3]}) {
@@ -155,7 +156,7 @@ TEST(W4A16GemmGpuKernels, DirectKernelResidentXMatchesTwin) {
             if (group > 0 && k % group != 0) continue;
             // Forced 8-tile stages apply at 16 rows, K a multiple of 128 and groups of 8 tiles
             // (128 or per-channel): the plan must name them ("<slices>-slice 3x8tiles").
-            const bool tiles8 = *setting.tiles8 == '2' && m > 8 && k % (8 * 16) == 0 && group != 32;
+            const bool tiles8 = setting.tiles8 && m > 8 && k % (8 * 16) == 0 && group != 32;
             const std::string expect =
                 tiles8 ? (slices.empty() ? std::string("-slice") : slices) + " 3x8tiles"
                        : (resident ? "resident-x " + slices : "");
@@ -176,26 +177,26 @@ TEST(W4A16GemmGpuKernels, DirectKernelResidentXMatchesTwin) {
 TEST(W4A16GemmGpuSanitize, DirectKernelSmoke) {
   GPUOPT_REQUIRE_GPU();
   W4A16Options options;
-  options.force_path = 4;
+  options.force_path = W4A16ForcePath::kDirect;
   struct Smoke {
-    const char* resident;
-    const char* slices;
-    const char* slice_blocks;
+    bool resident;
+    int slices;
+    int slice_blocks;
     const Format& format;
     int group, m, k, n;
     const char* describe;
   };
   const Smoke cases[] = {
-      {"1", "3", "", kFormats[1], 128, 5, 1024, 512, "resident-x 3-slice"},
-      {"1", "2", "1", kFormats[0], 128, 16, 2048, 1024, "resident-x 2-slice"},
-      {"1", "1", "1", kFormats[0], 64, 3, 1024, 2048, "resident-x 1-slice"},
-      {"0", "", "", kFormats[2], 32, 12, 1024, 512, "rows16 4x4tiles"},
+      {true, 3, 0, kFormats[1], 128, 5, 1024, 512, "resident-x 3-slice"},
+      {true, 2, 1, kFormats[0], 128, 16, 2048, 1024, "resident-x 2-slice"},
+      {true, 1, 1, kFormats[0], 64, 3, 1024, 2048, "resident-x 1-slice"},
+      {false, 0, 0, kFormats[2], 32, 12, 1024, 512, "rows16 4x4tiles"},
   };
+  options.tuning.direct_tiles8 = true;
   for (const Smoke& c : cases) {
-    ScopedEnv env({{"GPUOPT_W4A16_DIRECT_RESIDENT", c.resident},
-                   {"GPUOPT_W4A16_DIRECT_SLICES", c.slices},
-                   {"GPUOPT_W4A16_DIRECT_SLICE_BLOCKS", c.slice_blocks},
-                   {"GPUOPT_W4A16_DIRECT_TILES8", "2"}});
+    options.tuning.direct_resident_x = c.resident;
+    options.tuning.direct_slices = c.slices;
+    options.tuning.direct_slice_blocks = c.slice_blocks;
     check_case({ActivationType::kFloat16, c.format, c.group, c.m, c.k, c.n, options}, 2,
                c.describe);
   }
@@ -204,7 +205,7 @@ TEST(W4A16GemmGpuSanitize, DirectKernelSmoke) {
 TEST(W4A16GemmGpuFallback, DequantiseAndCublasMatchesTwin) {
   GPUOPT_REQUIRE_GPU();
   W4A16Options options;
-  options.force_path = 1;
+  options.force_path = W4A16ForcePath::kDequantCublas;
   for (ActivationType type : {ActivationType::kFloat16, ActivationType::kBFloat16}) {
     check_case({type, kFormats[2], 128, 70, 1024, 512, options});
     check_case({type, kFormats[3], 32, 3, 512, 256, options});
@@ -279,10 +280,10 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     const StatusOr<int> from = W4A16Gemm::auto_fallback_min_m(*weights, 0);
     ASSERT_TRUE(from.ok()) << from.status().to_string();
     // 1024 x 512 hands over at 33, 2^25 <= K x N < 2^27 at 40 (K < N) or 129 (K >= N), K x N >=
-    // 2^27 at 129; 17 where the wgmma kernel cannot run (told apart by forcing it: force_path 5
-    // fails to plan there).
+    // 2^27 at 129; 17 where the wgmma kernel cannot run (told apart by forcing it: a forced wgmma
+    // path fails to plan there).
     W4A16Options wgmma_only;
-    wgmma_only.force_path = 5;
+    wgmma_only.force_path = W4A16ForcePath::kWgmma;
     W4A16Gemm probe(wgmma_only);
     void* probe_io = device.allocate(static_cast<std::size_t>(32) * (k + n) * 2);
     const bool has_wgmma = probe.workspace_size({32, probe_io, probe_io, &*weights}).ok();

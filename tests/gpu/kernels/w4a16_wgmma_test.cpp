@@ -1,8 +1,8 @@
-// The Hopper wgmma W4A16 kernel (force_path 5) on the GPU against the CPU twin: fp16 and bf16,
-// every checkpoint format, group sizes 32/64/128/per-channel, M from 1 to 300, N not a multiple of
-// 256, K not a multiple of 128, every variant (the fast-copy ones too) and
-// forced k-splits, each run twice or more (the split-K workspace must be left zero). Skips on GPUs
-// other than compute capability 9.0.
+// The Hopper wgmma W4A16 kernel (W4A16ForcePath::kWgmma) on the GPU against the CPU twin: fp16 and
+// bf16, every checkpoint format, group sizes 32/64/128/per-channel, M from 1 to 300, N not a
+// multiple of 256, K not a multiple of 128, every variant (7, 8, 9) and forced
+// k-splits, each run twice or more (the split-K workspace must be left zero). Skips on GPUs other
+// than compute capability 9.0.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -20,7 +20,7 @@
 namespace gpuopt::kernels {
 namespace {
 
-using namespace w4a16_test;  // NOLINT: Format, Case, check_case, ScopedEnv
+using namespace w4a16_test;  // NOLINT: Format, Case, check_case
 
 #define GPUOPT_REQUIRE_SM90()                                                              \
   do {                                                                                     \
@@ -35,21 +35,22 @@ using namespace w4a16_test;  // NOLINT: Format, Case, check_case, ScopedEnv
       GTEST_SKIP() << "wgmma kernel needs sm_90, not sm_" << major_ << minor_;             \
   } while (0)
 
-W4A16Options wgmma_options() {
+// The wgmma path forced, with `tuning`.
+W4A16Options wgmma_options(const W4A16Tuning& tuning = {}) {
   W4A16Options options;
-  options.force_path = 5;
+  options.force_path = W4A16ForcePath::kWgmma;
+  options.tuning = tuning;
   return options;
 }
 
 // The split-K cases: N % 256 != 0 (a partial column tile), M % tokens != 0 (a partial token
 // tile), groups of 32 / 128 / per-channel, fp16 and bf16; describe_has as in check_case.
-void check_split_cases(const char* describe_has = nullptr) {
-  check_case({ActivationType::kFloat16, kFormats[2], 32, 100, 2112, 704, wgmma_options()}, 3,
+void check_split_cases(const W4A16Tuning& tuning, const char* describe_has = nullptr) {
+  const W4A16Options options = wgmma_options(tuning);
+  check_case({ActivationType::kFloat16, kFormats[2], 32, 100, 2112, 704, options}, 3, describe_has);
+  check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 3072, 448, options}, 2,
              describe_has);
-  check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 3072, 448, wgmma_options()}, 2,
-             describe_has);
-  check_case({ActivationType::kFloat16, kFormats[3], 64, 33, 1344, 320, wgmma_options()}, 2,
-             describe_has);
+  check_case({ActivationType::kFloat16, kFormats[3], 64, 33, 1344, 320, options}, 2, describe_has);
 }
 
 std::vector<Case> format_cases() {
@@ -85,12 +86,15 @@ INSTANTIATE_TEST_SUITE_P(Formats, W4A16WgmmaGpu, ::testing::ValuesIn(format_case
 
 TEST(W4A16WgmmaGpuVariants, EveryVariantAtEveryM) {
   GPUOPT_REQUIRE_SM90();
-  for (int variant = 0; variant < 10; ++variant) {
-    ScopedEnv forced("GPUOPT_W4A16_WGMMA_VARIANT", variant);
+  for (int variant : {7, 8, 9}) {
+    W4A16Tuning tuning;
+    tuning.wgmma_variant = variant;
     for (int m : {1, 17, 33, 64, 100, 256}) {
       SCOPED_TRACE("variant " + std::to_string(variant));
-      check_case({ActivationType::kFloat16, kFormats[1], 64, m, 1088, 448, wgmma_options()}, 2);
-      check_case({ActivationType::kBFloat16, kFormats[3], 128, m, 640, 320, wgmma_options()}, 2);
+      check_case({ActivationType::kFloat16, kFormats[1], 64, m, 1088, 448, wgmma_options(tuning)},
+                 2);
+      check_case({ActivationType::kBFloat16, kFormats[3], 128, m, 640, 320, wgmma_options(tuning)},
+                 2);
     }
   }
 }
@@ -98,10 +102,13 @@ TEST(W4A16WgmmaGpuVariants, EveryVariantAtEveryM) {
 TEST(W4A16WgmmaGpuSplits, ForcedSplitsLeaveTheWorkspaceClean) {
   GPUOPT_REQUIRE_SM90();
   for (int splits : {1, 3, 8, 32}) {
-    ScopedEnv forced("GPUOPT_W4A16_WGMMA_SPLITS", splits);
+    W4A16Tuning tuning;
+    tuning.wgmma_splits = splits;
     SCOPED_TRACE("splits " + std::to_string(splits));
-    check_case({ActivationType::kFloat16, kFormats[2], 128, 64, 2048, 512, wgmma_options()}, 3);
-    check_case({ActivationType::kBFloat16, kFormats[0], 32, 130, 2048, 320, wgmma_options()}, 3);
+    check_case({ActivationType::kFloat16, kFormats[2], 128, 64, 2048, 512, wgmma_options(tuning)},
+               3);
+    check_case({ActivationType::kBFloat16, kFormats[0], 32, 130, 2048, 320, wgmma_options(tuning)},
+               3);
   }
 }
 
@@ -109,16 +116,18 @@ TEST(W4A16WgmmaGpuSplits, ForcedSplitsLeaveTheWorkspaceClean) {
 // memory and 16-byte atomics (N % 256 != 0 leaves a partial column tile, M % tokens != 0 a partial
 // token tile), and their scale/zero copies skip the k16 tiles inside a group (group 32 = 2 tiles,
 // so a stage holds two groups; splits that start mid-group). The atomic partial sums are forced
-// (GPUOPT_W4A16_WGMMA_SCATTER=0): k-splits in one wave take the shared fix-up by default.
+// (W4A16Tuning::wgmma_shared_fixup = false): k-splits in one wave take the shared fix-up by
+// default.
 TEST(W4A16WgmmaGpuSplits, FastCopyForcedSplits) {
   GPUOPT_REQUIRE_SM90();
-  ScopedEnv atomics("GPUOPT_W4A16_WGMMA_SCATTER", 0);
+  W4A16Tuning tuning;
+  tuning.wgmma_shared_fixup = false;
   for (int variant : {7, 8, 9}) {
-    ScopedEnv forced_variant("GPUOPT_W4A16_WGMMA_VARIANT", variant);
+    tuning.wgmma_variant = variant;
     for (int splits : {1, 2, 3, 7}) {
-      ScopedEnv forced("GPUOPT_W4A16_WGMMA_SPLITS", splits);
+      tuning.wgmma_splits = splits;
       SCOPED_TRACE("variant " + std::to_string(variant) + " splits " + std::to_string(splits));
-      check_split_cases();
+      check_split_cases(tuning);
     }
   }
 }
@@ -132,16 +141,20 @@ TEST(W4A16WgmmaGpuSplits, FastCopyForcedSplits) {
 // there to make it likely: every tile's last-counted piece can take it.
 TEST(W4A16WgmmaGpuSplits, StreamKMatchesTwin) {
   GPUOPT_REQUIRE_SM90();
-  ScopedEnv stream_k("GPUOPT_W4A16_WGMMA_STREAMK", 1);
+  W4A16Tuning tuning;
+  tuning.wgmma_stream_k = true;
   for (int variant : {7, 8, 9}) {
-    ScopedEnv forced_variant("GPUOPT_W4A16_WGMMA_VARIANT", variant);
+    tuning.wgmma_variant = variant;
     SCOPED_TRACE("variant " + std::to_string(variant));
-    check_case({ActivationType::kFloat16, kFormats[2], 32, 100, 2112, 704, wgmma_options()}, 3);
-    check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 3072, 448, wgmma_options()}, 2);
-    check_case({ActivationType::kFloat16, kFormats[0], 128, 300, 1024, 4096, wgmma_options()}, 2);
-    check_case({ActivationType::kFloat16, kFormats[3], 64, 33, 1344, 320, wgmma_options()}, 2);
+    const W4A16Options options = wgmma_options(tuning);
+    check_case({ActivationType::kFloat16, kFormats[2], 32, 100, 2112, 704, options}, 3);
+    check_case({ActivationType::kBFloat16, kFormats[1], 128, 64, 3072, 448, options}, 2);
+    check_case({ActivationType::kFloat16, kFormats[0], 128, 300, 1024, 4096, options}, 2);
+    check_case({ActivationType::kFloat16, kFormats[3], 64, 33, 1344, 320, options}, 2);
   }
-  check_case({ActivationType::kFloat16, kFormats[0], 128, 64, 4096, 3584, wgmma_options()}, 4);
+  tuning.wgmma_variant.reset();
+  check_case({ActivationType::kFloat16, kFormats[0], 128, 64, 4096, 3584, wgmma_options(tuning)},
+             4);
 }
 
 // Stream-K on forced grids: 3 blocks (each runs several whole tiles between its partial ones) and
@@ -149,13 +162,14 @@ TEST(W4A16WgmmaGpuSplits, StreamKMatchesTwin) {
 // counted and converts it (timing decides which piece does; every result is checked).
 TEST(W4A16WgmmaGpuSplits, StreamKForcedGridsMatchTwin) {
   GPUOPT_REQUIRE_SM90();
-  ScopedEnv stream_k("GPUOPT_W4A16_WGMMA_STREAMK", 1);
+  W4A16Tuning tuning;
+  tuning.wgmma_stream_k = true;
   for (int variant : {7, 8}) {
-    ScopedEnv forced_variant("GPUOPT_W4A16_WGMMA_VARIANT", variant);
+    tuning.wgmma_variant = variant;
     for (int blocks : {3, 700, 2000}) {
-      ScopedEnv forced_blocks("GPUOPT_W4A16_WGMMA_STREAMK_BLOCKS", blocks);
+      tuning.wgmma_stream_k_blocks = blocks;
       SCOPED_TRACE("variant " + std::to_string(variant) + " blocks " + std::to_string(blocks));
-      check_split_cases("stream-K");
+      check_split_cases(tuning, "stream-K");
     }
   }
 }
@@ -166,12 +180,13 @@ TEST(W4A16WgmmaGpuSplits, StreamKForcedGridsMatchTwin) {
 // be left zero), with partial column and token tiles and splits that do not divide the stages.
 TEST(W4A16WgmmaGpuSplits, SharedFixUpMatchesTwin) {
   GPUOPT_REQUIRE_SM90();
+  W4A16Tuning tuning;
   for (int variant : {7, 8, 9}) {
-    ScopedEnv forced_variant("GPUOPT_W4A16_WGMMA_VARIANT", variant);
+    tuning.wgmma_variant = variant;
     for (int splits : {2, 3, 8, 16}) {
-      ScopedEnv forced("GPUOPT_W4A16_WGMMA_SPLITS", splits);
+      tuning.wgmma_splits = splits;
       SCOPED_TRACE("variant " + std::to_string(variant) + " splits " + std::to_string(splits));
-      check_split_cases("shared-fixup");
+      check_split_cases(tuning, "shared-fixup");
     }
   }
 }

@@ -21,7 +21,7 @@
 namespace gpuopt::kernels {
 namespace {
 
-using namespace w4a16_test;  // NOLINT: Case, check_case, kFormats, ScopedEnv, Device
+using namespace w4a16_test;  // NOLINT: Case, check_case, kFormats, Device
 
 // An 8-SM green-context partition ("small") and the rest of the GPU; skipped without green
 // contexts.
@@ -63,9 +63,10 @@ TEST_F(W4A16PartitionGpu, SharedFixUpOnASmallerPartitionFallsBack) {
 
   // 8 column tiles x 8 k-splits = 64 blocks: one wave on the whole H200 (the plan takes the shared
   // fix-up), more than the partition holds at once.
-  ScopedEnv forced({{"GPUOPT_W4A16_WGMMA_VARIANT", "8"}, {"GPUOPT_W4A16_WGMMA_SPLITS", "8"}});
   W4A16Options options;
-  options.force_path = 5;
+  options.force_path = W4A16ForcePath::kWgmma;
+  options.tuning.wgmma_variant = 8;
+  options.tuning.wgmma_splits = 8;
   check_case({ActivationType::kFloat16, kFormats[0], 128, 64, 3072, 2048, options}, 3,
              "shared-fixup", stream());
   check_case({ActivationType::kBFloat16, kFormats[2], 64, 50, 1344, 1984, options}, 2,
@@ -85,14 +86,14 @@ TEST_F(W4A16PartitionGpu, PlannedForThePartition) {
   options.sm_count = sms;
 
   // The direct kernel (M <= 16): one block per SM of the partition (its k-slices share them).
-  options.force_path = 4;
+  options.force_path = W4A16ForcePath::kDirect;
   check_case({ActivationType::kFloat16, kFormats[0], 128, 1, 2048, 1024, options}, 2, "direct",
              stream());
   check_case({ActivationType::kBFloat16, kFormats[2], 64, 16, 1024, 2048, options}, 2, nullptr,
              stream());
   // Deterministic mode: its k-split comes from the partition's SMs.
   W4A16Options deterministic = options;
-  deterministic.force_path = -1;
+  deterministic.force_path = W4A16ForcePath::kAuto;
   deterministic.deterministic = true;
   check_case({ActivationType::kFloat16, kFormats[1], 128, 5, 2048, 1024, deterministic}, 2, nullptr,
              stream());
@@ -100,7 +101,7 @@ TEST_F(W4A16PartitionGpu, PlannedForThePartition) {
   // 4 column tiles at M=33..64: 2 x sms / 4 k-splits fill the partition's 2 x sms slots in one
   // wave, with the shared fix-up (planned for the whole H200 it would take 8 k-splits, 32 blocks:
   // more than an 8-SM partition holds at once, so its cooperative launch would be refused).
-  options.force_path = 5;
+  options.force_path = W4A16ForcePath::kWgmma;
   const int splits = 2 * sms / 4;
   const std::string fixup = "grid" + std::to_string(4 * splits) + " (2/SM) " +
                             std::to_string(splits) + " k-splits shared-fixup";

@@ -19,9 +19,14 @@
 #include <vector>
 
 #include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/runtime/device_buffer.hpp"
 #include "w4a16_device.cuh"
 #include "w4a16_direct_partition.hpp"
 #include "w4a16_paths.hpp"
+
+#ifndef GPUOPT_W4A16_DIAGNOSTICS
+#define GPUOPT_W4A16_DIAGNOSTICS 0  // src/kernels/CMakeLists.txt: the per-warp timing build
+#endif
 
 namespace gpuopt::kernels::w4a16_detail {
 namespace {
@@ -35,14 +40,15 @@ struct DirectParams {
   int region_bytes;     // shared memory per warp: weight ring + x ring (resident x: ring only)
   int x_bytes;          // resident x: M rows of the slice's k-range at the start of shared memory
   int x_pitch;          // resident x: halves per row (the longest slice's k + 8)
-  unsigned long long* timing;  // diagnostics (GPUOPT_W4A16_DIRECT_TIMING): kTimingWords per warp
+  unsigned long long* timing;  // diagnostics builds (GPUOPT_W4A16_DIAGNOSTICS): kTimingWords per
+                               // warp; null otherwise
   // Partial strips in the workspace: 1 = mma fragment layout (16-byte reductions over 512
   // contiguous bytes per warp, all 8 * kN8 rows), 0 = row layout (4-byte reductions, rows < M).
   int fragment_partials;
 };
 
-// Diagnostics (GPUOPT_W4A16_DIRECT_TIMING): per warp %globaltimer at its start, when x is in
-// shared memory, at its end, its SM, and at the end of its stream (before its last partial sums,
+// Diagnostics (builds with GPUOPT_W4A16_DIAGNOSTICS): per warp %globaltimer at its start, when x is
+// in shared memory, at its end, its SM, and at the end of its stream (before its last partial sums,
 // strip counts and fix-ups).
 constexpr int kTimingWords = 5;
 
@@ -652,11 +658,10 @@ constexpr int kResidentWarps16 = 12;
 // Partial strips in the fragment layout from M = 3: 16-byte reductions of whole 8-row fragments
 // measured faster there (H200, 2026-11-30: M=8 41.0 -> 39.2 us, M=16 47.2 -> 44.1 on 8192 x 28672;
 // docs/PERFORMANCE.md), the 4-byte row reductions of the M real rows at M = 1-2 (37.5 vs 36.8 us at
-// M = 1). GPUOPT_W4A16_DIRECT_FRAGMENT=0/1 forces one.
+// M = 1). W4A16Tuning::direct_fragment_partials forces one.
 constexpr int kDirectFragmentPartials = 1;  // KernelPlan::flags bit
-bool direct_fragment_partials(int m) {
-  const int forced = env_int("GPUOPT_W4A16_DIRECT_FRAGMENT", -1);
-  return forced >= 0 ? forced != 0 : m > 2;
+bool direct_fragment_partials(int m, const W4A16Tuning& tuning) {
+  return tuning.direct_fragment_partials.value_or(m > 2);
 }
 
 using DirectKernel = void (*)(DirectParams);
@@ -743,8 +748,8 @@ std::size_t resident_x_bytes(int m, int pitch) {
 // slice's share), plus (0.6 + 0.15 M) per strip piece it adds into the workspace (the partial sums
 // and their count at the end; a warp whose range is whole strip-slices has the fewest), plus 0.035
 // per KB of x the block copies before its first unit. The weights are fitted by hand to the H200
-// slice sweeps of 2026-11-30 (docs/PERFORMANCE.md, "W4A16 changes and experiments, fifth
-// session"), where neighbouring choices differ by 1-3 %; the fewest slices among the cheapest.
+// slice sweeps of 2026-11-30 (docs/PERFORMANCE.md), where neighbouring choices differ by 1-3 %;
+// the fewest slices among the cheapest.
 struct Slicing {
   int slices = 0, slice_blocks = 0, pitch = 0;
   std::size_t shared = 0;
@@ -800,7 +805,8 @@ Slicing choose_slicing(const DirectVariant& kernel, int m, int strips, int units
 
 }  // namespace
 
-StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device, int sms) {
+StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device, int sms,
+                                 const W4A16Tuning& tuning) {
   if (m > 16) {
     return failed_precondition("W4A16 direct kernel: M=" + std::to_string(m) + " > 16");
   }
@@ -812,23 +818,20 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device,
   // 16 rows with resident x: stages of 8 k16 tiles on layers with K * N >= 2^27 where K and the
   // groups allow (whole 128-k units, groups of a multiple of 8 tiles): 1-3 % faster than 4 tiles
   // at M = 9-16 on the 70B shapes, 3 % slower at M = 12-16 on 4096 x 14336 (H200, 2026-11-30,
-  // docs/PERFORMANCE.md). GPUOPT_W4A16_DIRECT_TILES8=0 turns it off, 2 forces it where it applies.
-  const int tiles8_env = env_int("GPUOPT_W4A16_DIRECT_TILES8", 1);
+  // docs/PERFORMANCE.md). W4A16Tuning::direct_tiles8 turns it off, or on wherever it applies.
   const bool tiles8 =
       m > 8 && w.k % (8 * kTileK) == 0 && (w.group_size / kTileK) % 8 == 0 &&
-      (tiles8_env == 2 || (tiles8_env == 1 && static_cast<long long>(w.k) * w.n >= (1LL << 27)));
+      tuning.direct_tiles8.value_or(static_cast<long long>(w.k) * w.n >= (1LL << 27));
   const int strips = w.n / kTileN;
   // Resident x (k-sliced where all of x does not fit) wherever one block's shared memory holds a
-  // slice and the rings; GPUOPT_W4A16_DIRECT_RESIDENT=0 turns it off, GPUOPT_W4A16_DIRECT_SLICES=n
-  // forces n slices and
-  // GPUOPT_W4A16_DIRECT_SLICE_BLOCKS=b at most b blocks per slice, for A/B runs and tests.
+  // slice and the rings; W4A16Tuning::direct_resident_x = false turns it off, direct_slices and
+  // direct_slice_blocks force the slicing, for A/B runs and tests.
   Slicing slicing;
-  if (env_int("GPUOPT_W4A16_DIRECT_RESIDENT", 1) != 0) {
+  if (tuning.direct_resident_x) {
     const DirectVariant candidate =
         direct_variant_for(w.type, w.has_zeros, variant | 4 | (tiles8 ? 8 : 0));
     slicing = choose_slicing(candidate, m, strips, w.k / (kTileK * candidate.unroll), sms, optin,
-                             env_int("GPUOPT_W4A16_DIRECT_SLICES", 0),
-                             env_int("GPUOPT_W4A16_DIRECT_SLICE_BLOCKS", 0));
+                             tuning.direct_slices, tuning.direct_slice_blocks);
     if (slicing.slices > 0) variant |= 4 | (tiles8 ? 8 : 0);
   }
   const DirectVariant kernel = direct_variant_for(w.type, w.has_zeros, variant);
@@ -855,7 +858,9 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device,
     plan.splits = slicing.slices;
     plan.blocks = slicing.slices * slicing.slice_blocks;
   } else {
-    per_sm = std::clamp(env_int("GPUOPT_W4A16_DIRECT_BPS", per_sm), 1, per_sm);
+    if (tuning.direct_blocks_per_sm > 0) {
+      per_sm = std::clamp(tuning.direct_blocks_per_sm, 1, per_sm);
+    }
     // One wave; every warp gets an equal share of all units (at least one).
     plan.splits = 1;
     plan.blocks =
@@ -866,7 +871,7 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device,
   plan.blocks_per_sm = per_sm;
   plan.tiles = strips;
   plan.shared_bytes = shared;
-  plan.flags = direct_fragment_partials(m) ? kDirectFragmentPartials : 0;
+  plan.flags = direct_fragment_partials(m, tuning) ? kDirectFragmentPartials : 0;
   // Partial strips: the fragment layout takes 8 or 16 rows per strip whatever M (the row layout
   // M <= 8 * n8 rows).
   plan.workspace_bytes = split_workspace_bytes(8 * kernel.n8, w.n, strips);
@@ -882,13 +887,24 @@ StatusOr<KernelPlan> plan_direct(const W4A16DeviceWeights& w, int m, int device,
   return plan;
 }
 
+#if GPUOPT_W4A16_DIAGNOSTICS
 namespace {
 
-// GPUOPT_W4A16_DIRECT_TIMING=1 (diagnostics): every warp's start, x-ready and end (%globaltimer)
-// and SM of each run, summarised on stderr after the launch (synchronises the stream); with
-// GPUOPT_W4A16_DIRECT_TIMING_FILE also appended there as CSV (launch, warp, block, sm, start,
-// ready, end, stream end in ns from the first start). The buffer is allocated once and kept for the
-// process.
+// Diagnostics builds only (the CMake option GPUOPT_W4A16_DIAGNOSTICS): every direct launch records
+// every warp's start, x-ready and end (%globaltimer) and SM, and is summarised on stderr after the
+// launch (this synchronises the stream); where GPUOPT_W4A16_DIAGNOSTICS_CSV names a file at
+// configure time, each warp's record is also appended there as CSV (launch, warp, block, sm, start,
+// ready, end, stream end in ns from the first start). The record buffer grows as needed and is kept
+// for the process.
+struct WarpTiming {
+  runtime::DeviceBuffer buffer;
+  int launches = 0;
+};
+WarpTiming& warp_timing() {
+  static WarpTiming* timing = new WarpTiming();  // never freed: no CUDA call at process exit
+  return *timing;
+}
+
 Status report_warp_timing(const unsigned long long* device_timing, int warps, int warps_per_block,
                           StreamHandle stream) {
   std::vector<unsigned long long> t(kTimingWords * static_cast<std::size_t>(warps));
@@ -899,10 +915,9 @@ Status report_warp_timing(const unsigned long long* device_timing, int warps, in
   for (int i = 0; i < warps; ++i) {
     if (t[kTimingWords * i] != 0) first = std::min(first, t[kTimingWords * i]);
   }
-  static int launch = 0;
-  ++launch;
-  const char* path = std::getenv("GPUOPT_W4A16_DIRECT_TIMING_FILE");
-  std::FILE* file = path != nullptr ? std::fopen(path, "a") : nullptr;
+  const int launch = ++warp_timing().launches;
+  const char* path = GPUOPT_W4A16_DIAGNOSTICS_CSV;
+  std::FILE* file = *path != '\0' ? std::fopen(path, "a") : nullptr;
   std::vector<double> ready, ends, streams;
   for (int i = 0; i < warps; ++i) {
     const unsigned long long* w = &t[kTimingWords * static_cast<std::size_t>(i)];
@@ -938,6 +953,7 @@ Status report_warp_timing(const unsigned long long* device_timing, int warps, in
 }
 
 }  // namespace
+#endif  // GPUOPT_W4A16_DIAGNOSTICS
 
 Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x,
                   void* y, void* workspace, StreamHandle stream) {
@@ -956,25 +972,24 @@ Status run_direct(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, co
   p.region_bytes = region_bytes(kernel, m);
   p.x_pitch = kernel.resident ? resident_x_pitch(kernel, p.units_per_strip, p.slices) : 0;
   p.x_bytes = kernel.resident ? static_cast<int>(resident_x_bytes(m, p.x_pitch)) : 0;
+#if GPUOPT_W4A16_DIAGNOSTICS
   const int warps = plan.blocks * kernel.warps;
-  static unsigned long long* timing = nullptr;
-  static int timing_warps = 0;
-  const bool timed = env_int("GPUOPT_W4A16_DIRECT_TIMING", 0) == 1;
-  if (timed) {
-    if (timing_warps < warps) {
-      if (timing != nullptr) GPUOPT_CUDA_TRY(cudaFree(timing));
-      timing = nullptr;
-      GPUOPT_CUDA_TRY(cudaMalloc(&timing, kTimingWords * sizeof(unsigned long long) * warps));
-      timing_warps = warps;
-    }
-    GPUOPT_CUDA_TRY(
-        cudaMemsetAsync(timing, 0, kTimingWords * sizeof(unsigned long long) * warps, stream));
-    p.timing = timing;
+  const std::size_t timing_bytes = kTimingWords * sizeof(unsigned long long) * warps;
+  runtime::DeviceBuffer& timing = warp_timing().buffer;
+  if (timing.size_bytes() < timing_bytes) {
+    timing.reset();
+    GPUOPT_ASSIGN_OR_RETURN(timing, runtime::DeviceBuffer::allocate(timing_bytes));
   }
+  GPUOPT_CUDA_TRY(cudaMemsetAsync(timing.data(), 0, timing_bytes, stream));
+  p.timing = timing.data_as<unsigned long long>();
+#endif
   kernel.function<<<plan.blocks, plan.threads, plan.shared_bytes, stream>>>(p);
   GPUOPT_CUDA_TRY_LAUNCH();
-  if (timed) return report_warp_timing(timing, warps, kernel.warps, stream);
+#if GPUOPT_W4A16_DIAGNOSTICS
+  return report_warp_timing(p.timing, warps, kernel.warps, stream);
+#else
   return ok_status();
+#endif
 }
 
 }  // namespace gpuopt::kernels::w4a16_detail

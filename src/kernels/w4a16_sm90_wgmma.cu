@@ -201,28 +201,14 @@ __device__ __forceinline__ void load_constants(const unsigned char* stage, int k
                                                int word_base, int g, Constants<kS>& out) {
   using Layout = StageLayout<kTokens>;
   const int entry = (kk * kBlockStrips + strip_local) * 64 + g * 8 + 2 * word_base;
+  static_assert(kS == 2, "a warp decodes 2 words of its lane's 16 bytes");
   std::uint32_t scale_words[kS];
-  if constexpr (kS == 4) {
-    const uint4 v = *reinterpret_cast<const uint4*>(stage + Layout::kScales + entry * 2);
-    scale_words[0] = v.x;
-    scale_words[1] = v.y;
-    scale_words[2] = v.z;
-    scale_words[3] = v.w;
-  } else {
-    static_assert(kS == 2, "a warp decodes 2 or 4 words of its lane's 16 bytes");
-    const uint2 v = *reinterpret_cast<const uint2*>(stage + Layout::kScales + entry * 2);
-    scale_words[0] = v.x;
-    scale_words[1] = v.y;
-  }
+  const uint2 v = *reinterpret_cast<const uint2*>(stage + Layout::kScales + entry * 2);
+  scale_words[0] = v.x;
+  scale_words[1] = v.y;
   std::uint32_t zero_words[2] = {0x08080808u, 0x08080808u};  // symmetric: zero 8
   if constexpr (kZeros) {
-    if constexpr (kS == 4) {
-      const uint2 v = *reinterpret_cast<const uint2*>(stage + Layout::kZeros + entry);
-      zero_words[0] = v.x;
-      zero_words[1] = v.y;
-    } else {
-      zero_words[0] = *reinterpret_cast<const std::uint32_t*>(stage + Layout::kZeros + entry);
-    }
+    zero_words[0] = *reinterpret_cast<const std::uint32_t*>(stage + Layout::kZeros + entry);
   }
 #pragma unroll
   for (int e = 0; e < 2 * kS; ++e) {
@@ -237,7 +223,7 @@ __device__ __forceinline__ void load_constants(const unsigned char* stage, int k
 }
 
 // Word `word` of a lane's 16 bytes -> the A fragment {a0, a1, a2, a3} of its m16 tile (as in
-// w4a16_direct.cu: nibbles 0/4 -> a0, 1/5 -> a2, 2/6 -> a1, 3/7 -> a3), times the group scale:
+// w4a16_sm80_direct.cu: nibbles 0/4 -> a0, 1/5 -> a2, 2/6 -> a1, 3/7 -> a3), times the group scale:
 // (q - zero) is exact, the scale multiply the only rounding (as in the CPU twin).
 template <typename T, int kS>
 __device__ __forceinline__ void dequantize_scaled(std::uint32_t word, const Constants<kS>& k, int i,
@@ -387,14 +373,14 @@ __device__ __forceinline__ void convert_share(const float* tile, TileQuads tq, c
 // its 64 rows are, per warp, the 16 columns 16(word_base + i)..+15 of that warp's strip. So every
 // weight byte in shared memory is read once, by one lane, with one LDS.
 //
-// kFastCopy (variants 7-9): the SASS of the generic load_stage below was ~700 instructions a stage
-// (runtime div/mod, 64-bit index math and spills per 16-byte copy, in partly unrolled loops), more
-// than the decode and wgmma issue of the stage. The fast form fixes each thread's copies once
-// (compile-time counts, per-thread bases) so a stage only adds its k offset, and copies a k16
-// tile's scales/zeros only where the decode loop reads them (the first tile of the split and of
-// each group), not for every k16 tile.
+// kFastCopy (the copy form of every variant): a generic copy loop per stage compiled to ~700 SASS
+// instructions a stage (runtime div/mod, 64-bit index math and spills per 16-byte copy, in partly
+// unrolled loops), more than the decode and wgmma issue of the stage. The fast form fixes each
+// thread's copies once (compile-time counts, per-thread bases) so a stage only adds its k offset,
+// and copies a k16 tile's scales/zeros only where the decode loop reads them (the first tile of
+// the split and of each group), not for every k16 tile.
 
-// kScatter (fast-copy variants only): the shared fix-up of k-splits (WgmmaParams::slice_stride)
+// kScatter: the shared fix-up of k-splits (WgmmaParams::slice_stride)
 // in place of the atomic partial sums. A template parameter, not a runtime branch: in the same
 // kernel its code changed ptxas's allocation of the main loop (1-10 % more SASS instructions a
 // stage depending on the form, or the group constants reloaded from the constant bank), and the
@@ -409,6 +395,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
   using Layout = StageLayout<kTokens>;
   constexpr int kThreads = 128 * kWarpgroups;
   static_assert(kWarpgroups * kS == kBlockStrips, "a block covers 4 strips");
+  static_assert(kS == 2 && kFastCopy, "2 warpgroups x 2 strips, per-thread copy bases");
   static_assert(kStages >= 3, "one stage computing, one draining, one or more loading");
   extern __shared__ unsigned char shared_raw[];
   __shared__ int is_last;
@@ -437,64 +424,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     const std::uint64_t policy = evict_first_policy();
     const T* x = static_cast<const T*>(p.op.x);
 
-    auto load_stage = [&](int slot, int stage) {
-      const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
-      const int k0 = stage * kStageK;
-      const int t0 = stage * kStageTiles;
-      for (int q = tid; q < kTokens * 8; q += kThreads) {
-        const int r = q / 8;
-        const int chunk = q % 8;
-        const int token = token0 + r;
-        const bool valid = token < p.op.m;  // rows past M are zero
-        copy_async_16(slot_address + Layout::kX + r * 128 + ((chunk ^ (r % 8)) * 16),
-                      x + static_cast<std::size_t>(valid ? token : 0) * p.op.k + k0 + chunk * 8,
-                      valid ? 16 : 0);
-      }
-      for (int q = tid; q < kBlockStrips * kStageTiles * 32; q += kThreads) {
-        const int sl = q / (kStageTiles * 32);
-        const int kk = (q / 32) % kStageTiles;
-        const int chunk = q % 32;
-        const int strip = first_strip + sl;
-        const bool valid = strip < p.op.strips;  // the last column tile of N % 256 != 0
-        copy_async_16_hint(
-            slot_address + Layout::kWeights + q * 16,
-            p.op.tiles + (static_cast<std::size_t>(valid ? strip : 0) * p.k_tiles + t0 + kk) * 32 +
-                chunk,
-            valid ? 16 : 0, policy);
-      }
-      for (int q = tid; q < kStageTiles * kBlockStrips * 8; q += kThreads) {
-        const int kk = q / (kBlockStrips * 8);
-        const int sl = (q / 8) % kBlockStrips;
-        const int chunk = q % 8;
-        const int strip = first_strip + sl;
-        const bool valid = strip < p.op.strips;
-        const int group = (t0 + kk) / p.op.group_tiles;
-        copy_async_16(
-            slot_address + Layout::kScales + q * 16,
-            p.op.scales +
-                (static_cast<std::size_t>(group) * p.op.strips + (valid ? strip : 0)) * 64 +
-                chunk * 8,
-            valid ? 16 : 0);
-      }
-      if constexpr (kZeros) {
-        for (int q = tid; q < kStageTiles * kBlockStrips * 4; q += kThreads) {
-          const int kk = q / (kBlockStrips * 4);
-          const int sl = (q / 4) % kBlockStrips;
-          const int chunk = q % 4;
-          const int strip = first_strip + sl;
-          const bool valid = strip < p.op.strips;
-          const int group = (t0 + kk) / p.op.group_tiles;
-          copy_async_16(
-              slot_address + Layout::kZeros + q * 16,
-              p.op.zeros +
-                  (static_cast<std::size_t>(group) * p.op.strips + (valid ? strip : 0)) * 64 +
-                  chunk * 16,
-              valid ? 16 : 0);
-        }
-      }
-    };
-
-    // ---- kFastCopy: per-thread copy bases ----
+    // ---- per-thread copy bases ----
     constexpr int kXCopies = kTokens * 8 / kThreads;
     constexpr int kWeightCopies = kBlockStrips * kStageTiles * 32 / kThreads;
     static_assert(kTokens * 8 % kThreads == 0 && kThreads % 128 == 0, "whole copies per thread");
@@ -587,13 +517,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
         }
       }
     };
-    auto load = [&](int slot, int stage) {
-      if constexpr (kFastCopy) {
-        load_stage_fast(slot, stage);
-      } else {
-        load_stage(slot, stage);
-      }
-    };
+    auto load = [&](int slot, int stage) { load_stage_fast(slot, stage); };
 
     float acc[kS][kTokens / 2];
 #pragma unroll
@@ -633,27 +557,17 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
       // 16-byte units) further along the swizzled 128-byte rows.
       const std::uint64_t slot_descriptor =
           descriptor_base | ((base_address + slot * Layout::kBytes + Layout::kX) >> 4);
-      // kFastCopy: the stage's weight words read up front, so one shared-memory latency per stage
-      // (not one per k16 tile between a wgmma wait and the next decode).
-      std::uint32_t stage_words[kFastCopy ? kStageTiles : 1][kS];
-      if constexpr (kFastCopy) {
+      // The stage's weight words read up front, so one shared-memory latency per stage (not one
+      // per k16 tile between a wgmma wait and the next decode).
+      std::uint32_t stage_words[kStageTiles][kS];
 #pragma unroll
-        for (int kk = 0; kk < kStageTiles; ++kk) {
-          const unsigned char* weights = stage_memory + Layout::kWeights +
-                                         (strip_local * kStageTiles + kk) * kTileBytes + lane * 16 +
-                                         word_base * 4;
-          if constexpr (kS == 4) {
-            const uint4 v = *reinterpret_cast<const uint4*>(weights);
-            stage_words[kk][0] = v.x;
-            stage_words[kk][1] = v.y;
-            stage_words[kk][2] = v.z;
-            stage_words[kk][3] = v.w;
-          } else {
-            const uint2 v = *reinterpret_cast<const uint2*>(weights);
-            stage_words[kk][0] = v.x;
-            stage_words[kk][1] = v.y;
-          }
-        }
+      for (int kk = 0; kk < kStageTiles; ++kk) {
+        const unsigned char* weights = stage_memory + Layout::kWeights +
+                                       (strip_local * kStageTiles + kk) * kTileBytes + lane * 16 +
+                                       word_base * 4;
+        const uint2 v = *reinterpret_cast<const uint2*>(weights);
+        stage_words[kk][0] = v.x;
+        stage_words[kk][1] = v.y;
       }
 #pragma unroll
       for (int kk = 0; kk < kStageTiles; ++kk) {
@@ -664,26 +578,10 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
           left = (group_of(p, t) + 1) * p.op.group_tiles - t;
         }
         --left;
-        std::uint32_t words[kS];
-        const unsigned char* weights = stage_memory + Layout::kWeights +
-                                       (strip_local * kStageTiles + kk) * kTileBytes + lane * 16 +
-                                       word_base * 4;
-        if constexpr (kFastCopy) {
 #pragma unroll
-          for (int i = 0; i < kS; ++i) words[i] = stage_words[kk][i];
-        } else if constexpr (kS == 4) {
-          const uint4 v = *reinterpret_cast<const uint4*>(weights);
-          words[0] = v.x;
-          words[1] = v.y;
-          words[2] = v.z;
-          words[3] = v.w;
-        } else {
-          const uint2 v = *reinterpret_cast<const uint2*>(weights);
-          words[0] = v.x;
-          words[1] = v.y;
+        for (int i = 0; i < kS; ++i) {
+          dequantize_scaled<T, kS>(stage_words[kk][i], constants, i, a[kk % 2][i]);
         }
-#pragma unroll
-        for (int i = 0; i < kS; ++i) dequantize_scaled<T, kS>(words[i], constants, i, a[kk % 2][i]);
         wgmma_fence();
         const std::uint64_t descriptor = slot_descriptor + 2 * kk;
 #pragma unroll
@@ -706,76 +604,73 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
     T* y = static_cast<T*>(p.op.y);
     const bool whole = s0 == 0 && s1 == p.k_stages;
     const int strip = first_strip + strip_local;
-    if constexpr (kFastCopy) {
-      // Split-K partials through shared memory: [kTokens][256 + 4] fp32 (the pad spreads the 32
-      // lanes of a store over 32 banks), then one 16-byte atomic per 4 columns instead of 4 scalar
-      // ones (the fp32 atomics of 7 splits at M=64 are ~13 M L2 operations on 8192x28672).
-      constexpr int kPitch = kBlockColumns + 4;
-      static_assert(kTokens * kPitch * 4 <= kStages * Layout::kBytes,
-                    "partial tile fits the stages");
-      if (!whole) {
-        copy_async_wait<0>();
-        __syncthreads();  // every warp is done with the stages
-        float* tile = reinterpret_cast<float*>(base);
+    // Split-K partials through shared memory: [kTokens][256 + 4] fp32 (the pad spreads the 32
+    // lanes of a store over 32 banks), then one 16-byte atomic per 4 columns instead of 4 scalar
+    // ones (the fp32 atomics of 7 splits at M=64 are ~13 M L2 operations on 8192x28672).
+    constexpr int kPitch = kBlockColumns + 4;
+    static_assert(kTokens * kPitch * 4 <= kStages * Layout::kBytes, "partial tile fits the stages");
+    if (!whole) {
+      copy_async_wait<0>();
+      __syncthreads();  // every warp is done with the stages
+      float* tile = reinterpret_cast<float*>(base);
 #pragma unroll
-        for (int i = 0; i < kS; ++i) {
+      for (int i = 0; i < kS; ++i) {
 #pragma unroll
-          for (int jn = 0; jn < kTokens / 8; ++jn) {
+        for (int jn = 0; jn < kTokens / 8; ++jn) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int row = 8 * jn + 2 * c + e % 2;
-              const int column = strip_local * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
-              tile[row * kPitch + column] = acc[i][4 * jn + e];
-            }
+          for (int e = 0; e < 4; ++e) {
+            const int row = 8 * jn + 2 * c + e % 2;
+            const int column = strip_local * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
+            tile[row * kPitch + column] = acc[i][4 * jn + e];
           }
-        }
-        const int tile_index = column_tile * p.token_tiles + token_tile;
-        const TileQuads tq =
-            tile_quads(p.op.m, p.op.n, token0, first_strip * kTileN, kTokens, kPitch);
-        if constexpr (kScatter) {  // k-splits: a block's only segment
-          const WgmmaPieces pieces =
-              wgmma_split_pieces(static_cast<int>(blockIdx.x), p.splits, p.token_tiles);
-          store_piece<kThreads>(tile, tq, p.op.partial, p.slice_stride, p.op.counters + tile_index,
-                                s1 - s0, pieces);
-          convert_share<T, kThreads>(tile, tq, p.op.partial, p.slice_stride,
-                                     p.op.counters + tile_index, p.done + tile_index, p.k_stages,
-                                     pieces, y);
-          return;
-        }
-        // The last segment of a stream-K block looks at its tile's counter first: the tile's
-        // later k-stages are often counted early, by the next block's first segment. If every
-        // other piece is counted (their sums landed: each fences before counting), this block is
-        // the tile's last and nobody else touches it, so it adds its partial to theirs while
-        // converting, skipping its own reductions, fence and count (H200, eleventh session: M=64
-        // 73.3-73.7 -> 70.8-71.0 us on 8192 x 28672). Not for k-splits, whose pieces all end
-        // together: there it cost 0.3-1.0 us at M = 32-64 (the look presumably rarely succeeds).
-        if (tid == 0) {
-          is_last = 0;
-          if (last_of_block) {
-            const int counted = *reinterpret_cast<volatile int*>(p.op.counters + tile_index);
-            is_last = counted + (s1 - s0) == p.k_stages;
-          }
-        }
-        __syncthreads();
-        if (is_last) {
-          __threadfence();
-          fix_up_tile<T, kThreads, 8>(
-              tid, tq.quads(), [&](int q) { return tq.index(tq.compact(q)); }, p.op.partial, 0, 1,
-              true, y,
-              [&](int q) {
-                return *reinterpret_cast<const float4*>(tile + tq.offset(tq.compact(q)));
-              });
-          if (tid == 0) p.op.counters[tile_index] = 0;
-          return;  // (the next segment starts with a barrier before reusing the tile's memory)
-        }
-        for (int q = tid; q < tq.slots(); q += kThreads) {
-          if (!tq.present(q)) continue;
-          atomicAdd(reinterpret_cast<float4*>(p.op.partial + tq.index(q)),
-                    *reinterpret_cast<const float4*>(tile + tq.offset(q)));
         }
       }
+      const int tile_index = column_tile * p.token_tiles + token_tile;
+      const TileQuads tq =
+          tile_quads(p.op.m, p.op.n, token0, first_strip * kTileN, kTokens, kPitch);
+      if constexpr (kScatter) {  // k-splits: a block's only segment
+        const WgmmaPieces pieces =
+            wgmma_split_pieces(static_cast<int>(blockIdx.x), p.splits, p.token_tiles);
+        store_piece<kThreads>(tile, tq, p.op.partial, p.slice_stride, p.op.counters + tile_index,
+                              s1 - s0, pieces);
+        convert_share<T, kThreads>(tile, tq, p.op.partial, p.slice_stride,
+                                   p.op.counters + tile_index, p.done + tile_index, p.k_stages,
+                                   pieces, y);
+        return;
+      }
+      // The last segment of a stream-K block looks at its tile's counter first: the tile's
+      // later k-stages are often counted early, by the next block's first segment. If every
+      // other piece is counted (their sums landed: each fences before counting), this block is
+      // the tile's last and nobody else touches it, so it adds its partial to theirs while
+      // converting, skipping its own reductions, fence and count (H200: M=64 73.3-73.7 ->
+      // 70.8-71.0 us on 8192 x 28672). Not for k-splits, whose pieces all end
+      // together: there it cost 0.3-1.0 us at M = 32-64 (the look presumably rarely succeeds).
+      if (tid == 0) {
+        is_last = 0;
+        if (last_of_block) {
+          const int counted = *reinterpret_cast<volatile int*>(p.op.counters + tile_index);
+          is_last = counted + (s1 - s0) == p.k_stages;
+        }
+      }
+      __syncthreads();
+      if (is_last) {
+        __threadfence();
+        fix_up_tile<T, kThreads, 8>(
+            tid, tq.quads(), [&](int q) { return tq.index(tq.compact(q)); }, p.op.partial, 0, 1,
+            true, y,
+            [&](int q) {
+              return *reinterpret_cast<const float4*>(tile + tq.offset(tq.compact(q)));
+            });
+        if (tid == 0) p.op.counters[tile_index] = 0;
+        return;  // (the next segment starts with a barrier before reusing the tile's memory)
+      }
+      for (int q = tid; q < tq.slots(); q += kThreads) {
+        if (!tq.present(q)) continue;
+        atomicAdd(reinterpret_cast<float4*>(p.op.partial + tq.index(q)),
+                  *reinterpret_cast<const float4*>(tile + tq.offset(q)));
+      }
     }
-    if (strip < p.op.strips && (whole || !kFastCopy)) {
+    if (strip < p.op.strips && whole) {
 #pragma unroll
       for (int i = 0; i < kS; ++i) {
 #pragma unroll
@@ -786,11 +681,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
             if (token >= p.op.m) continue;
             const int column = strip * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
             const std::size_t index = static_cast<std::size_t>(token) * p.op.n + column;
-            if (whole) {
-              y[index] = float_to_value<T>(acc[i][4 * jn + e]);
-            } else {
-              atomicAdd(p.op.partial + index, acc[i][4 * jn + e]);
-            }
+            y[index] = float_to_value<T>(acc[i][4 * jn + e]);
           }
         }
       }
@@ -850,18 +741,18 @@ WgmmaVariant make_variant() {
       static_cast<std::size_t>(kStages) * StageLayout<kTokens>::kBytes + 1024};
 }
 
-// 0: 32 tokens, 1 warpgroup x 4 strips; 1: 64 tokens, the same; 2: 128 tokens, 2 warpgroups x 2
-// strips (accumulators: 4 x 16, 4 x 32 and 2 x 64 fp32 per thread); 3, 4: 64 and 32 tokens with 2
-// warpgroups x 2 strips and <= 128 registers (2 blocks = 16 warps per SM, to hide latency); 5, 6
-// (a warp-specialised form: producer warpgroup, mbarrier ring, setmaxnreg) were removed: measured
-// 1.3-3.3x slower, and racecheck reported hazards between their bulk copies and reads (5 and 6 now
-// run variant 2); 7, 8, 9: variants 4, 3 and 2 with kFastCopy (per-thread copy bases, scales copied
-// per group).
-constexpr int kVariants = 10;
+// 7, 8, 9: 32, 64 and 128 tokens with 2 warpgroups x 2 strips (accumulators: 2 x 16, 2 x 32 and
+// 2 x 64 fp32 per thread), the first two with <= 128 registers (2 blocks = 16 warps per SM, to hide
+// latency), all with kFastCopy. The numbers are those of the configuration strings and of the
+// figures measured since these variants came in; the forms they replaced (a 1-warpgroup x 4-strip
+// tile and the generic copy loop; a warp-specialised producer/consumer form) measured slower at
+// every M on the H200 and were removed.
+constexpr int kFirstVariant = 7;
+constexpr int kLastVariant = 9;
 
 template <typename T, bool kZeros>
 WgmmaVariant wgmma_variant(int variant, bool scatter) {
-  if (scatter) {  // the fast-copy variants' k-splits only (plan_wgmma)
+  if (scatter) {  // k-splits with the shared fix-up (plan_wgmma)
     switch (variant) {
       case 7:
         return make_variant<T, 2, 2, 32, 6, 2, kZeros, true, true>();
@@ -872,22 +763,12 @@ WgmmaVariant wgmma_variant(int variant, bool scatter) {
     }
   }
   switch (variant) {
-    case 0:
-      return make_variant<T, 1, 4, 32, 6, 1, kZeros>();
-    case 1:
-      return make_variant<T, 1, 4, 64, 5, 1, kZeros>();
-    case 3:
-      return make_variant<T, 2, 2, 64, 5, 2, kZeros>();
-    case 4:
-      return make_variant<T, 2, 2, 32, 6, 2, kZeros>();
     case 7:
       return make_variant<T, 2, 2, 32, 6, 2, kZeros, true>();
     case 8:
       return make_variant<T, 2, 2, 64, 5, 2, kZeros, true>();
-    case 9:
-      return make_variant<T, 2, 2, 128, 5, 1, kZeros, true>();
     default:
-      return make_variant<T, 2, 2, 128, 5, 1, kZeros>();
+      return make_variant<T, 2, 2, 128, 5, 1, kZeros, true>();
   }
 }
 
@@ -912,12 +793,14 @@ int column_tiles(const W4A16DeviceWeights& w) {
 
 }  // namespace
 
-StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, int sms) {
+StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, int sms,
+                                const W4A16Tuning& tuning) {
 #if !defined(GPUOPT_WGMMA_SM90A)
   (void)w;
   (void)m;
   (void)device;
   (void)sms;
+  (void)tuning;
   return failed_precondition(
       "W4A16 wgmma kernel: this build has no sm_90a code (wgmma needs the arch-specific target; "
       "src/kernels/CMakeLists.txt adds it when CMAKE_CUDA_ARCHITECTURES lists 90)");
@@ -937,18 +820,16 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
         std::to_string(major) + "." + std::to_string(minor));
   }
   // Measured on the H200 (docs/w4a16-gemm.md): 2 warpgroups x 2 strips with 2 blocks per SM (16
-  // warps) beat 1 warpgroup x 4 strips at M <= 64; 128 tokens per block beat 2 x 64 above. The
-  // warp-specialised variants 5/6 measured 1.5-3x slower at every M and k-split (H200, 04:45 UTC;
-  // e.g. 8192x28672 M=128: v5 289.5 us at 1 split vs v2 243.9 us) and were removed (5 and 6 now
-  // select variant 2). The fast-copy forms 7/8/9 of variants
-  // 4/3/2 beat them at every M = 32..256 on both 70B shapes (H200, 05:00 UTC, same splits:
-  // 8192x28672 M=64 108.6 vs 147.4 us, 28672x8192 M=256 248.7 vs 333.5 us).
+  // warps) beat 1 warpgroup x 4 strips at M <= 64; 128 tokens per block beat 2 x 64 above; the
+  // fast-copy forms beat the generic copy loop at every M = 32..256 on both 70B shapes (H200,
+  // 2026-11-30, same splits: 8192x28672 M=64 108.6 vs 147.4 us, 28672x8192 M=256 248.7 vs 333.5).
   int variant = m <= 32 ? 7 : m <= 64 ? 8 : 9;
-  // The per-M choice before the fast-copy variants, kept for A/B runs on the GPU machine.
-  if (env_int("GPUOPT_W4A16_WGMMA_OLD", 0) == 1) variant = m <= 32 ? 4 : m <= 64 ? 3 : 2;
-  if (const int forced = env_int("GPUOPT_W4A16_WGMMA_VARIANT", -1);
-      forced >= 0 && forced < kVariants) {
-    variant = forced;
+  if (tuning.wgmma_variant) {
+    if (*tuning.wgmma_variant < kFirstVariant || *tuning.wgmma_variant > kLastVariant) {
+      return invalid_argument("W4A16Tuning::wgmma_variant=" +
+                              std::to_string(*tuning.wgmma_variant) + ": must be 7, 8 or 9");
+    }
+    variant = *tuning.wgmma_variant;
   }
   const WgmmaVariant kernel = wgmma_variant_for(w.type, w.has_zeros, variant, false);
   cudaFuncAttributes attributes{};
@@ -973,43 +854,15 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
                                                                 kernel.shared_bytes));
   if (per_sm < 1) return internal_error("W4A16 wgmma kernel: 0 blocks per SM");
 
-  // k-splits: the best wave fill (blocks / (waves x slots)), ties (within 1 %) going to more
-  // splits (finer blocks balance the tail better), stopping at the first near-full wave (>= 95 %);
-  // each split at least 4 stages long, and at least 32 when that still gives every SM a block
-  // (short splits pay the pipeline fill and the partial-tile atomics too often). Measured on the
-  // H200 (05:00 UTC, fast-copy variants): 8192x28672 M=64 4 splits 101.8 us vs 7 108.6, M=128
-  // 172.0 vs 188.8; 28672x8192 M=32 8 splits 66.2 vs 4 81.6, M=128 4 138.6 vs 2 230.4.
+  // k-splits by wave fill (choose_wgmma_splits, w4a16_plan.cpp).
   const int token_tiles = (m + kernel.tokens - 1) / kernel.tokens;
   const int tiles = column_tiles(w) * token_tiles;
   const int k_stages = w.k / kStageK;
   const int slots = per_sm * sms;
-  int max_splits = std::max(1, std::min(8, k_stages / 4));
-  if (const int long_splits = k_stages / 32;
-      long_splits >= 1 && static_cast<long long>(tiles) * long_splits >= sms) {
-    max_splits = std::min(max_splits, long_splits);
-  }
-  //
-  // 128-token tiles: a split costs a 128 KB fp32 partial tile of atomics, the counter fence and the
-  // last block's read-back, so another split must raise the fill by 20 % and ties go to fewer
-  // (H200, 2026-11-30 06:00 and 06:14 UTC, medians of 10 and 20: 8192x28672 M=128 1 split 128.5
-  // us vs 4 170.4, M=256 1 split 253.1 vs 4 307.1 at 85 % vs 97 % fill; 28672x8192 M=256 2 splits
-  // 250.3 vs 4 259.9; docs/PERFORMANCE.md).
-  const bool costly_fixup = kernel.tokens >= 128;
-  int splits = 1;
-  double best = 0;
-  for (int s = 1; s <= max_splits; ++s) {
-    const long long blocks = static_cast<long long>(tiles) * s;
-    const long long waves = (blocks + slots - 1) / slots;
-    const double efficiency = static_cast<double>(blocks) / static_cast<double>(waves * slots);
-    if (costly_fixup ? efficiency >= 1.2 * best : efficiency >= best - 0.01) {
-      best = std::max(best, efficiency);
-      splits = s;
-    }
-    if (efficiency >= 0.95) break;
-  }
-  if (const int forced = env_int("GPUOPT_W4A16_WGMMA_SPLITS", 0); forced > 0) {
-    splits = std::min(forced, k_stages);
-  }
+  const WgmmaSplits chosen = choose_wgmma_splits(tiles, k_stages, slots, sms, kernel.tokens);
+  int splits = chosen.splits;
+  const double best = chosen.fill;
+  if (tuning.wgmma_splits > 0) splits = std::min(tuning.wgmma_splits, k_stages);
   // Stream-K: one wave of blocks, each an equal run of the tiles' k-stages laid end to end (so
   // every SM gets the same weight bytes), where the k-splits leave more than a tenth of the wave
   // idle, for 32- and 64-token tiles, and where each block gets at least 12 stages: measured on
@@ -1018,33 +871,31 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
   // tiles slower (155.6 vs 116.6 us: each partial tile is 128 KB of fp32 atomics); 4096x14336
   // M=32 (13.6 stages a block) 29.3 vs 33.1 us; on 4096x4096 (3.9 stages a block) slower than
   // cuBLAS at M=32 (19.8 vs 17.2 us).
-  // GPUOPT_W4A16_WGMMA_STREAMK=0/1 forces it off/on.
-  const bool stream_k_fits =
-      kernel.tokens <= 64 && best < 0.9 && static_cast<long long>(tiles) * k_stages >= 12LL * slots;
-  const int forced_stream_k = env_int("GPUOPT_W4A16_WGMMA_STREAMK", -1);
-  const bool stream_k = forced_stream_k == 1 || (forced_stream_k != 0 && stream_k_fits &&
-                                                 env_int("GPUOPT_W4A16_WGMMA_SPLITS", 0) <= 0);
+  // W4A16Tuning::wgmma_stream_k forces it off/on; forced k-splits turn the automatic choice off.
+  const bool stream_k_fits = wgmma_stream_k_fits(kernel.tokens, best, tiles, k_stages, slots);
+  const bool stream_k = tuning.wgmma_stream_k.value_or(stream_k_fits && tuning.wgmma_splits <= 0);
 
   long long blocks = stream_k ? std::min<long long>(slots, static_cast<long long>(tiles) * k_stages)
                               : static_cast<long long>(tiles) * splits;
   // Tests: a stream-K grid of any size (over a wave, later blocks start after the pieces before
   // them have finished, so a block's first piece is often the last of its tile to be counted).
-  if (const int forced = env_int("GPUOPT_W4A16_WGMMA_STREAMK_BLOCKS", 0); stream_k && forced > 0) {
-    blocks = std::min<long long>(forced, static_cast<long long>(tiles) * k_stages);
+  if (stream_k && tuning.wgmma_stream_k_blocks > 0) {
+    blocks =
+        std::min<long long>(tuning.wgmma_stream_k_blocks, static_cast<long long>(tiles) * k_stages);
   }
 
   // The shared fix-up (kScatter instances): for the fast-copy variants' k-splits when
   // every block is resident at once (one wave, launched cooperatively), at most 16 splits and 64
   // MiB of slices (the workspace holds a [M][N] fp32 slice per split: 16.8 MB on 28672 x 8192 at
-  // M=64, against 2.1 MB for the atomic sums). GPUOPT_W4A16_WGMMA_SCATTER=0 keeps the atomic
-  // partial sums. (Stream-K keeps them: with the shared fix-up on the H200, 8192 x 28672 was no
-  // faster at M=64 and 1.1-2.1 us slower at M=32; its tiles' pieces end at different times.)
+  // M=64, against 2.1 MB for the atomic sums). W4A16Tuning::wgmma_shared_fixup = false keeps the
+  // atomic partial sums. (Stream-K keeps them: with the shared fix-up on the H200, 8192 x 28672 was
+  // no faster at M=64 and 1.1-2.1 us slower at M=32; its tiles' pieces end at different times.)
   int scatter_slots = 0;
   int cooperative = 0;
   GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
-  if (!stream_k && splits > 1 && splits <= 16 && variant >= 7 && blocks <= slots &&
+  if (!stream_k && splits > 1 && splits <= 16 && blocks <= slots &&
       scatter_counters_offset(splits, m, w.n) <= (std::size_t{64} << 20) && cooperative != 0 &&
-      env_int("GPUOPT_W4A16_WGMMA_SCATTER", 1) != 0) {
+      tuning.wgmma_shared_fixup) {
     // Its own kernel instance (kScatter): the same shared memory, and as many blocks per SM, or
     // the one wave would not be resident at once.
     const WgmmaVariant scatter_kernel = wgmma_variant_for(w.type, w.has_zeros, variant, true);
@@ -1083,11 +934,10 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
 Status run_wgmma(const KernelPlan& plan, const W4A16DeviceWeights& w, int m, const void* x, void* y,
                  void* workspace, StreamHandle stream) {
   const bool stream_k = plan.splits == 0;
-  if (plan.variant < 0 || plan.variant >= kVariants || plan.splits < 0) {
+  if (plan.variant < kFirstVariant || plan.variant > kLastVariant || plan.splits < 0) {
     return failed_precondition("W4A16 wgmma kernel: run without a plan from plan_wgmma");
   }
-  const WgmmaVariant kernel =
-      wgmma_variant_for(w.type, w.has_zeros, plan.variant, plan.flags > 0 && plan.variant >= 7);
+  const WgmmaVariant kernel = wgmma_variant_for(w.type, w.has_zeros, plan.variant, plan.flags > 0);
   const bool fixup = stream_k || plan.splits > 1;
   if (fixup && workspace == nullptr) {
     return failed_precondition("W4A16 wgmma kernel: no workspace");
