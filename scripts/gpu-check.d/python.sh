@@ -22,6 +22,9 @@ cd "$venv"  # import the installed package, not python/gpuopt of the checkout
 "$venv/bin/python" -m pytest "$OLDPWD/tests/python" -q -rs --junitxml="$out/pytest.xml" 2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}
 "$venv/bin/python" "$OLDPWD/examples/gptq_layer.py" --synthetic --m 16 2>&1 | tee "$out/gptq_layer.log"
+# Per-call overhead of the layer from Python at M=1 on the 70B down-projection shape.
+"$venv/bin/python" "$OLDPWD/bench/python/w4a16_overhead.py" 2>&1 | tee "$out/w4a16_overhead.log" |
+  grep '^RESULT:'
 summary=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|skipped)' "$out/pytest.log" | tail -1 | tr -d '=')
 echo "RESULT: python pytest: ${summary:-no summary} (exit $rc)"
 exit $rc
