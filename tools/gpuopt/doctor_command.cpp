@@ -46,7 +46,7 @@ int run_doctor(const DoctorArguments& arguments) {
   if (arguments.json) {
     auto json = to_json(report);
     if (watched) json["watch"] = watch_to_json(*watched);
-    std::fputs((json.dump(2) + "\n").c_str(), stdout);
+    std::fputs((dump_json(json) + "\n").c_str(), stdout);
   } else if (arguments.prometheus) {
     std::fputs(render_prometheus(report).c_str(), stdout);
   } else {
