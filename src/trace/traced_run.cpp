@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -138,7 +139,79 @@ class IgnoreInterrupts {
   struct sigaction old_quit_ {};
 };
 
+// While the command runs, SIGTERM and SIGHUP sent to gpuopt are passed on to it (a service manager
+// or a closed terminal means the traced program, not only gpuopt): without this gpuopt died and
+// left the program running, orphaned. The handler only calls kill() and records the signal.
+volatile sig_atomic_t forward_to_pid = 0;
+volatile sig_atomic_t forwarded_signal = 0;
+
+void forward_signal(int signal_number) {
+  const int saved_errno = errno;
+  forwarded_signal = signal_number;
+  if (forward_to_pid > 0) kill(static_cast<pid_t>(forward_to_pid), signal_number);
+  errno = saved_errno;
+}
+
+class ForwardTerminationSignals {
+ public:
+  explicit ForwardTerminationSignals(pid_t child) {
+    forwarded_signal = 0;
+    forward_to_pid = child;
+    struct sigaction forward {};
+    forward.sa_handler = forward_signal;
+    sigemptyset(&forward.sa_mask);
+    forward.sa_flags = 0;  // no SA_RESTART: waitpid sees EINTR and loops
+    sigaction(SIGTERM, &forward, &old_term_);
+    sigaction(SIGHUP, &forward, &old_hup_);
+  }
+  ~ForwardTerminationSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGHUP, &old_hup_, nullptr);
+    forward_to_pid = 0;
+  }
+  int signal() const { return forwarded_signal; }
+
+ private:
+  struct sigaction old_term_ {};
+  struct sigaction old_hup_ {};
+};
+
 }  // namespace
+
+Status check_output_path(const std::string& path) {
+  if (path.empty()) return invalid_argument("the output path is empty");
+  const fs::path file(path);
+  std::error_code error;
+  const fs::path directory = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  const auto directory_status = fs::status(directory, error);
+  if (error || !fs::is_directory(directory_status)) {
+    return invalid_argument(
+        fmt::format("{}: directory {} does not exist", path, directory.string()));
+  }
+  const auto file_status = fs::status(file, error);
+  if (!error && fs::exists(file_status)) {
+    if (!fs::is_regular_file(file_status)) {
+      struct stat st {};
+      std::string what = "not a regular file";
+      if (::stat(path.c_str(), &st) == 0) {
+        what = fs::is_directory(file_status) ? "a directory"
+               : S_ISFIFO(st.st_mode)        ? "a FIFO"
+               : S_ISSOCK(st.st_mode)        ? "a socket"
+               : S_ISCHR(st.st_mode)         ? "a character device"
+               : S_ISBLK(st.st_mode)         ? "a block device"
+                                             : what;
+      }
+      return invalid_argument(fmt::format("{} is {}, not a regular file", path, what));
+    }
+    if (access(path.c_str(), W_OK) != 0) {
+      return permission_denied(fmt::format("{}: not writable: {}", path, std::strerror(errno)));
+    }
+  } else if (access(directory.c_str(), W_OK | X_OK) != 0) {
+    return permission_denied(fmt::format("{}: cannot create a file in {}: {}", path,
+                                         directory.string(), std::strerror(errno)));
+  }
+  return ok_status();
+}
 
 StatusOr<std::string> find_injection_library(const std::string& executable_path) {
   std::vector<std::string> tried;
@@ -215,6 +288,7 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
 
   std::optional<IgnoreInterrupts> ignore_interrupts;
   ignore_interrupts.emplace();
+  const pid_t parent = getpid();
   const pid_t child = fork();
   if (child < 0) {
     close(exec_pipe[0]);
@@ -224,12 +298,17 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
   if (child == 0) {
     signal(SIGINT, SIG_DFL);
     signal(SIGQUIT, SIG_DFL);
+    // Should gpuopt die without forwarding (SIGKILL), the command is told rather than orphaned.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) raise(SIGTERM);
     close(exec_pipe[0]);
     execvpe(argv[0], argv.data(), envp.data());
     const int error = errno;
     [[maybe_unused]] ssize_t written = write(exec_pipe[1], &error, sizeof(error));
     _exit(127);
   }
+  std::optional<ForwardTerminationSignals> forward_signals;
+  forward_signals.emplace(child);
   close(exec_pipe[1]);
   int exec_error = 0;
   ssize_t got;
@@ -245,6 +324,8 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
       break;
     }
   }
+  run.forwarded_signal = forward_signals->signal();
+  forward_signals.reset();
   ignore_interrupts.reset();
   if (sampler) {
     sampler->finish();
