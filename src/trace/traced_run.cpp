@@ -354,6 +354,13 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
   std::error_code list_error;
   for (const auto& entry : fs::directory_iterator(record_directory, list_error)) {
     const std::string name = entry.path().filename().string();
+    // The traced program can write anything here: a FIFO would block the read below.
+    std::error_code type_error;
+    if (!entry.is_regular_file(type_error)) {
+      run.warnings.push_back(
+          fmt::format("{} is not a regular file; skipped", entry.path().string()));
+      continue;
+    }
     if (name.starts_with("records-") && name.ends_with(".json")) {
       auto part = read_record_file(entry.path().string());
       if (part.ok()) {

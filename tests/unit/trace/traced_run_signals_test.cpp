@@ -97,5 +97,22 @@ TEST(CheckOutputPath, AcceptsWritableAndRefusesTheRestByName) {
   fs::remove_all(dir);
 }
 
+TEST(TracedRunRecords, AFifoInTheRecordDirectoryIsSkippedNotRead) {
+  TracedRunOptions options;
+  options.command = {"sh", "-c",
+                     "mkfifo \"$GPUOPT_TRACE_RECORD_DIR/records-1.json\" "
+                     "\"$GPUOPT_TRACE_RECORD_DIR/error-2.txt\""};
+  options.injection_library = "/nonexistent/libgpuopt_trace_inject.so";
+  auto running = std::async(std::launch::async, [&] { return run_traced(options); });
+  ASSERT_EQ(running.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "run_traced blocked reading a FIFO the command left";
+  auto run = running.get();
+  ASSERT_TRUE(run.ok()) << run.status().to_string();
+  EXPECT_EQ(run->exit_status, 0);
+  EXPECT_FALSE(run->trace.has_value());
+  ASSERT_EQ(run->warnings.size(), 2u);
+  EXPECT_NE(run->warnings[0].find("is not a regular file"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpuopt::trace
