@@ -152,22 +152,36 @@ void forward_signal(int signal_number) {
   errno = saved_errno;
 }
 
+// Installed before fork, so no signal is missed; one that arrives before the child's pid is known
+// is recorded and passed on by forward_to().
 class ForwardTerminationSignals {
  public:
-  explicit ForwardTerminationSignals(pid_t child) {
+  ForwardTerminationSignals() {
     forwarded_signal = 0;
-    forward_to_pid = child;
+    forward_to_pid = 0;
     struct sigaction forward {};
     forward.sa_handler = forward_signal;
     sigemptyset(&forward.sa_mask);
     forward.sa_flags = 0;  // no SA_RESTART: waitpid sees EINTR and loops
-    sigaction(SIGTERM, &forward, &old_term_);
-    sigaction(SIGHUP, &forward, &old_hup_);
+    // A signal gpuopt was told to ignore (nohup) stays ignored, by gpuopt and by the command.
+    sigaction(SIGTERM, nullptr, &old_term_);
+    sigaction(SIGHUP, nullptr, &old_hup_);
+    if (old_term_.sa_handler != SIG_IGN) sigaction(SIGTERM, &forward, nullptr);
+    if (old_hup_.sa_handler != SIG_IGN) sigaction(SIGHUP, &forward, nullptr);
+  }
+  // In the child before exec: the dispositions gpuopt was started with.
+  void restore() const {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGHUP, &old_hup_, nullptr);
   }
   ~ForwardTerminationSignals() {
     sigaction(SIGTERM, &old_term_, nullptr);
     sigaction(SIGHUP, &old_hup_, nullptr);
     forward_to_pid = 0;
+  }
+  void forward_to(pid_t child) {
+    forward_to_pid = child;
+    if (forwarded_signal != 0) kill(child, forwarded_signal);
   }
   int signal() const { return forwarded_signal; }
 
@@ -288,6 +302,8 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
 
   std::optional<IgnoreInterrupts> ignore_interrupts;
   ignore_interrupts.emplace();
+  std::optional<ForwardTerminationSignals> forward_signals;
+  forward_signals.emplace();
   const pid_t parent = getpid();
   const pid_t child = fork();
   if (child < 0) {
@@ -298,6 +314,7 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
   if (child == 0) {
     signal(SIGINT, SIG_DFL);
     signal(SIGQUIT, SIG_DFL);
+    forward_signals->restore();
     // Should gpuopt die without forwarding (SIGKILL), the command is told rather than orphaned.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) raise(SIGTERM);
@@ -307,8 +324,7 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
     [[maybe_unused]] ssize_t written = write(exec_pipe[1], &error, sizeof(error));
     _exit(127);
   }
-  std::optional<ForwardTerminationSignals> forward_signals;
-  forward_signals.emplace(child);
+  forward_signals->forward_to(child);
   close(exec_pipe[1]);
   int exec_error = 0;
   ssize_t got;
