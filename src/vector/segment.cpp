@@ -154,8 +154,19 @@ StatusOr<SegmentInfo> write_segment(const std::filesystem::path& path, std::uint
   header.data_crc = crc;
   header.header_crc = crc32c(0, &header, offsetof(SegmentHeader, header_crc));
 
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_status("open for writing", path);
+  // O_NONBLOCK: a FIFO left where the new segment goes fails the open (no reader) or is refused
+  // below, instead of blocking the import.
+  int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
+  if (fd < 0) {
+    if (errno == ENXIO)
+      return data_loss(fmt::format("segment {} is not a regular file", path.string()));
+    return errno_status("open for writing", path);
+  }
+  if (Status regular = require_regular_descriptor(fd, path); !regular.ok()) {
+    ::close(fd);
+    return data_loss(fmt::format("segment {}", regular.message()));
+  }
   std::vector<char> page(kSegmentPage, 0);
   std::memcpy(page.data(), &header, sizeof(header));
   auto write_section = [&](std::uint64_t offset, const void* data, std::uint64_t bytes) -> Status {

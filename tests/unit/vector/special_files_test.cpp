@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -56,6 +57,36 @@ TEST(VectorSpecialFiles, FifoSegmentIsRefusedByName) {
   ASSERT_FALSE(opened->ok());
   EXPECT_TRUE(mentions(opened->status(), segment.string() + " is a FIFO"))
       << opened->status().to_string();
+}
+
+TEST(VectorSpecialFiles, FifoWhereTheNextSegmentGoesFailsTheBatchPromptly) {
+  TempDir dir("gpuopt-fifo-next-segment");
+  const fs::path segment = make_store(dir.path() / "store");
+  ASSERT_FALSE(segment.empty());
+  // The next segment's name: the sequence after the one written (default-00000000.seg style).
+  std::string name = segment.filename().string();
+  const auto dash = name.rfind('-');
+  ASSERT_NE(dash, std::string::npos);
+  const int sequence = std::stoi(name.substr(dash + 1));
+  char next[16];
+  std::snprintf(next, sizeof(next), "%08d", sequence + 1);
+  const fs::path next_segment = segment.parent_path() / (name.substr(0, dash + 1) + next + ".seg");
+  ASSERT_TRUE(make_fifo(next_segment));
+  auto added = call_with_deadline([&]() -> Status {
+    auto store = Store::open(dir.path() / "store");
+    if (!store.ok()) return store.status();
+    auto collection = (*store)->collection("default");
+    if (!collection.ok()) return collection.status();
+    auto vectors = random_vectors(4, kDim, 8);
+    Status status = (*collection)->add(id_range(100, 4), vectors.data());
+    if (status.ok()) return internal_error("the batch was committed into a FIFO");
+    // Nothing was committed: the store still holds the first 16 rows.
+    if ((*collection)->size() != 16) return internal_error("the failed batch changed the count");
+    return status;
+  });
+  ASSERT_TRUE(added.has_value()) << "writing a segment onto a FIFO blocked";
+  EXPECT_TRUE(mentions(*added, next_segment.string())) << added->to_string();
+  EXPECT_TRUE(mentions(*added, "not a regular file")) << added->to_string();
 }
 
 TEST(VectorSpecialFiles, FifoCatalogueOrJournalIsRefusedByName) {
