@@ -46,6 +46,11 @@ refused --dim -4 create "$work/t"
 refused --batch 0 send "$work/data.fvecs" --socket "$work/none.sock"
 refused --timeout -1 send "$work/data.fvecs" --socket "$work/none.sock"
 refused --timeout 0 serve "$work/s" --socket "$work/none.sock"
+# A GPU-only precision on the CPU engine is refused, not ignored.
+msg=$("$gpuopt" vector query "$work/s" "$work/data.fvecs" --precision tf32 2>&1)
+rc=$?
+[ $rc -eq 2 ] && echo "$msg" | grep -q -- "--precision tf32 needs --engine gpu" ||
+  { echo "FAIL: --precision tf32 on the CPU: exit $rc: $msg"; failed=1; }
 [ "$(ls -R "$work/s" | md5sum)" = "$before" ] || { echo "FAIL: a refused command changed the store"; failed=1; }
 [ -e "$work/t" ] && { echo "FAIL: a refused create made a store"; failed=1; }
 # In range still works.

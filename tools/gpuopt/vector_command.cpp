@@ -216,6 +216,13 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
 }
 
 int run_query(const VectorArgs& args) {
+  if (args.engine == "cpu" && args.precision != "fp32") {
+    // The CPU engine computes in fp32 only: taking another precision silently would report
+    // figures for a mode that did not run.
+    return fail(args, invalid_argument(fmt::format(
+                          "--precision {} needs --engine gpu; the CPU engine computes in fp32",
+                          args.precision)));
+  }
   auto open_start = std::chrono::steady_clock::now();
   std::unique_ptr<vec::Store> store;
   auto collection = open_collection(args, store);
