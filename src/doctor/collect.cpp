@@ -3,8 +3,9 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 
+#include "gpuopt/core/regular_file.hpp"
 #include "gpuopt/doctor/doctor.hpp"
 #include "gpuopt/doctor/load.hpp"
 
@@ -135,9 +136,9 @@ StatusOr<Report> collect(const Options& options) {
     for (const auto& process : gpu.processes) nvml_pids.push_back(static_cast<int>(process.pid));
   }
   report.processes = platform::scan_gpu_processes(report.root, nvml_pids);
-  if (std::ifstream uptime(fs::path(report.root) / "proc/uptime"); uptime) {
+  if (auto uptime = read_regular_file(fs::path(report.root) / "proc/uptime", 256); uptime.ok()) {
     double seconds = 0;
-    if (uptime >> seconds && seconds > 0) report.uptime_s = seconds;
+    if (std::istringstream(*uptime) >> seconds && seconds > 0) report.uptime_s = seconds;
   }
   if (options.use_vulkan && !report.recorded) {
     report.vulkan.probed = true;

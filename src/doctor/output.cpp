@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cstdint>
 #include <map>
+#include <string_view>
+#include <type_traits>
 
 #include "gpuopt/doctor/doctor.hpp"
 
@@ -12,6 +15,108 @@ namespace gpuopt::doctor {
 namespace {
 
 using nlohmann::json;
+
+// Machine-supplied text (process names, cgroup paths, sysfs strings) made safe for a terminal:
+// control characters, C1 controls and bytes that are not UTF-8 become visible escapes (\n, \x1b,
+// \u009b, \xff), so a process name cannot move the cursor, recolour or forge output lines.
+std::string terminal_text(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    if (lead < 0x80) {
+      if (lead == '\n') {
+        out += "\\n";
+      } else if (lead == '\t') {
+        out += "\\t";
+      } else if (lead < 0x20 || lead == 0x7f) {
+        out += fmt::format("\\x{:02x}", lead);
+      } else {
+        out += static_cast<char>(lead);
+      }
+      ++i;
+      continue;
+    }
+    // A well-formed UTF-8 sequence: no overlong forms, no surrogates, nothing past U+10FFFF.
+    const std::size_t length = lead >= 0xc2 && lead <= 0xdf   ? 2
+                               : lead >= 0xe0 && lead <= 0xef ? 3
+                               : lead >= 0xf0 && lead <= 0xf4 ? 4
+                                                              : 0;
+    std::uint32_t code_point = lead & (0xff >> (length + 1));
+    bool valid = length != 0 && i + length <= text.size();
+    for (std::size_t k = 1; valid && k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      valid = (next & 0xc0) == 0x80;
+      code_point = (code_point << 6) | (next & 0x3f);
+    }
+    if (valid) {
+      const std::uint32_t smallest = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
+      valid = code_point >= smallest && code_point <= 0x10ffff &&
+              !(code_point >= 0xd800 && code_point <= 0xdfff);
+    }
+    if (!valid) {
+      out += fmt::format("\\x{:02x}", lead);
+      ++i;
+    } else if (code_point <= 0x9f) {
+      out += fmt::format("\\u{:04x}", code_point);  // C1 control: some terminals obey it
+      i += length;
+    } else {
+      out.append(text.substr(i, length));
+      i += length;
+    }
+  }
+  return out;
+}
+
+// A copy of the report with every string that came from the machine passed through terminal_text.
+Report terminal_safe(Report report) {
+  auto clean = [](std::string& text) { text = terminal_text(text); };
+  auto clean_optional = [&](std::optional<std::string>& text) {
+    if (text) clean(*text);
+  };
+  auto clean_map = [&](auto& map) {
+    std::remove_reference_t<decltype(map)> cleaned;
+    for (auto& [key, value] : map) {
+      auto copy = value;
+      if constexpr (std::is_same_v<decltype(copy), std::string>) clean(copy);
+      cleaned.emplace(terminal_text(key), std::move(copy));
+    }
+    map = std::move(cleaned);
+  };
+  clean(report.root);
+  clean_optional(report.system.kernel_release);
+  clean_optional(report.system.aspm_policy);
+  clean(report.system.iommu.mode);
+  clean_map(report.system.relevant_parameters);
+  clean_map(report.pci.other_classes);
+  for (auto& device : report.pci.devices) {
+    for (auto* text : {&device.vendor_name, &device.device_name, &device.class_name, &device.driver,
+                       &device.local_cpulist, &device.iommu_domain_type}) {
+      clean(*text);
+    }
+    for (auto& problem : device.problems) clean(problem);
+  }
+  clean_optional(report.nvml.driver_version);
+  for (auto& gpu : report.nvml.gpus) clean(gpu.name);
+  clean(report.vulkan.info.loader_library);
+  clean(report.vulkan.info.instance_api_version);
+  for (auto& device : report.vulkan.info.devices) {
+    for (auto* text : {&device.name, &device.type, &device.api_version}) clean(*text);
+  }
+  for (auto& finding : report.findings) {
+    for (auto* text :
+         {&finding.id, &finding.device, &finding.summary, &finding.fix, &finding.risk}) {
+      clean(*text);
+    }
+    for (auto& [key, value] : finding.evidence) {
+      clean(key);
+      clean(value);
+    }
+  }
+  for (auto& note : report.notes) clean(note);
+  return report;
+}
 
 template <typename T>
 json opt(const std::optional<T>& value) {
@@ -239,7 +344,8 @@ json to_json(const Report& report) {
           {"exit_code", exit_code(report)}};
 }
 
-std::string render_text(const Report& report, bool color) {
+std::string render_text(const Report& raw_report, bool color) {
+  const Report report = terminal_safe(raw_report);
   auto paint = [&](const char* code, const std::string& text) {
     return color ? fmt::format("\033[{}m{}\033[0m", code, text) : text;
   };
@@ -392,6 +498,10 @@ struct Family {
 };
 
 }  // namespace
+
+std::string dump_json(const nlohmann::json& document) {
+  return document.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 std::string render_prometheus(const Report& report) {
   char host[256] = {0};

@@ -2,6 +2,8 @@
 #include "gpuopt/kernels/safetensors.hpp"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
@@ -9,6 +11,8 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+
+#include "gpuopt/core/regular_file.hpp"
 
 namespace gpuopt::kernels {
 
@@ -60,14 +64,21 @@ std::int64_t TensorView::elements() const {
 }
 
 StatusOr<std::vector<std::byte>> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return not_found(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
-  const std::streamoff size = in.tellg();
-  if (size < 0) return data_loss(fmt::format("cannot read the size of {}", path));
-  std::vector<std::byte> bytes(static_cast<std::size_t>(size));
-  in.seekg(0);
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) {
-    return data_loss(fmt::format("short read of {}", path));
+  // Checkpoints, inputs and configs are regular files: a FIFO or device named here is refused
+  // instead of blocking the read.
+  GPUOPT_ASSIGN_OR_RETURN(FileDescriptor fd, open_regular_file(path));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    return data_loss(fmt::format("cannot read the size of {}: {}", path, std::strerror(errno)));
+  }
+  std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return data_loss(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+    if (n == 0) return data_loss(fmt::format("short read of {}", path));
+    done += static_cast<std::size_t>(n);
   }
   return bytes;
 }

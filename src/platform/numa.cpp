@@ -18,6 +18,7 @@
 #include <set>
 
 #include "gpuopt/core/cuda_check.hpp"
+#include "sysfs_text.hpp"
 
 namespace gpuopt::platform {
 
@@ -35,10 +36,9 @@ std::string trim(std::string text) {
 }
 
 std::optional<std::string> read_text(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return trim(std::move(text));
+  auto text = detail::read_text(path);
+  if (!text) return std::nullopt;
+  return trim(std::move(*text));
 }
 
 std::string bitmap_list(hwloc_const_bitmap_t bitmap) {

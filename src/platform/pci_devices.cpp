@@ -28,20 +28,14 @@ using detail::read_text;
 using detail::trim;
 
 std::optional<std::vector<std::uint8_t>> read_bytes(const fs::path& path, std::string& error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::error_code ec;
-    error = fs::exists(path, ec) ? "not readable" : "absent";
+  auto text = read_regular_file(path, 4096);
+  if (!text.ok()) {
+    error = text.status().code() == StatusCode::kNotFound          ? "absent"
+            : text.status().code() == StatusCode::kInvalidArgument ? "not a regular file"
+                                                                   : "not readable";
     return std::nullopt;
   }
-  std::vector<std::uint8_t> bytes(4096);
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (in.bad()) {
-    error = "read failed";
-    return std::nullopt;
-  }
-  bytes.resize(static_cast<std::size_t>(in.gcount()));
-  return bytes;
+  return std::vector<std::uint8_t>(text->begin(), text->end());
 }
 
 std::string link_target_name(const fs::path& link) {
@@ -124,9 +118,9 @@ PciNames lookup_pci_names(std::uint16_t vendor_id, std::uint16_t device_id,
     if (created != nullptr) {
       created->warning = noop_message;
       created->debug = noop_message;
-      // Names come from pci.ids only. libpci's udev hwdb lookup creates a udev context that it never
-      // releases when no hwdb.bin exists (a machine without the udev package), which LeakSanitizer
-      // reports; the flag below covers libpci versions without the parameter.
+      // Names come from pci.ids only. libpci's udev hwdb lookup creates a udev context that it
+      // never releases when no hwdb.bin exists (a machine without the udev package), which
+      // LeakSanitizer reports; the flag below covers libpci versions without the parameter.
       char param[] = "hwdb.disable";
       char value[] = "1";
       pci_set_param(created, param, value);
@@ -142,9 +136,8 @@ PciNames lookup_pci_names(std::uint16_t vendor_id, std::uint16_t device_id,
                                          PCI_LOOKUP_VENDOR | kLookupFlags, vendor_id)) {
     names.vendor = name;
   }
-  if (const char* name =
-          pci_lookup_name(access, buffer, sizeof(buffer), PCI_LOOKUP_DEVICE | kLookupFlags,
-                          vendor_id, device_id)) {
+  if (const char* name = pci_lookup_name(access, buffer, sizeof(buffer),
+                                         PCI_LOOKUP_DEVICE | kLookupFlags, vendor_id, device_id)) {
     names.device = name;
   }
   if (const char* name =

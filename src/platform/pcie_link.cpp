@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "sysfs_text.hpp"
+
 namespace gpuopt::platform {
 
 namespace fs = std::filesystem;
@@ -70,12 +72,9 @@ bool is_pci_bdf(std::string_view name) {
 namespace {
 
 std::optional<std::string> read_first_line(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::string line;
-  std::getline(in, line);
-  if (in.bad()) return std::nullopt;
-  return line;
+  auto text = detail::read_text(path, 4096);
+  if (!text) return std::nullopt;
+  return text->substr(0, text->find('\n'));
 }
 
 std::optional<int> parse_width(std::string_view text) {

@@ -7,8 +7,9 @@
 #include <cctype>
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <set>
+
+#include "sysfs_text.hpp"
 
 namespace gpuopt::platform {
 
@@ -17,13 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::optional<std::string> read_text(const fs::path& path, std::size_t limit = 8192) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string text(limit, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(limit));
-  if (in.bad()) return std::nullopt;
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return text;
+  return detail::read_text(path, limit);
 }
 
 std::optional<int> parse_int(std::string_view text) {

@@ -5,10 +5,12 @@
 #include <cctype>
 #include <cstddef>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+
+#include "gpuopt/core/regular_file.hpp"
 
 namespace gpuopt::platform::detail {
 
@@ -22,16 +24,13 @@ inline std::string_view trim(std::string_view text) {
   return text;
 }
 
-// At most `limit` bytes of a file; nullopt when it cannot be opened or read.
+// At most `limit` bytes of a file; nullopt when it cannot be opened or read, or is not a regular
+// file (a FIFO or device under a recorded --root must not block the scan).
 inline std::optional<std::string> read_text(const std::filesystem::path& path,
                                             std::size_t limit = 16 * 1024) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string text(limit, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(limit));
-  if (in.bad()) return std::nullopt;
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return text;
+  auto text = read_regular_file(path, limit);
+  if (!text.ok()) return std::nullopt;
+  return std::move(text).value();
 }
 
 }  // namespace gpuopt::platform::detail

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -138,7 +139,93 @@ class IgnoreInterrupts {
   struct sigaction old_quit_ {};
 };
 
+// While the command runs, SIGTERM and SIGHUP sent to gpuopt are passed on to it (a service manager
+// or a closed terminal means the traced program, not only gpuopt): without this gpuopt died and
+// left the program running, orphaned. The handler only calls kill() and records the signal.
+volatile sig_atomic_t forward_to_pid = 0;
+volatile sig_atomic_t forwarded_signal = 0;
+
+void forward_signal(int signal_number) {
+  const int saved_errno = errno;
+  forwarded_signal = signal_number;
+  if (forward_to_pid > 0) kill(static_cast<pid_t>(forward_to_pid), signal_number);
+  errno = saved_errno;
+}
+
+// Installed before fork, so no signal is missed; one that arrives before the child's pid is known
+// is recorded and passed on by forward_to().
+class ForwardTerminationSignals {
+ public:
+  ForwardTerminationSignals() {
+    forwarded_signal = 0;
+    forward_to_pid = 0;
+    struct sigaction forward {};
+    forward.sa_handler = forward_signal;
+    sigemptyset(&forward.sa_mask);
+    forward.sa_flags = 0;  // no SA_RESTART: waitpid sees EINTR and loops
+    // A signal gpuopt was told to ignore (nohup) stays ignored, by gpuopt and by the command.
+    sigaction(SIGTERM, nullptr, &old_term_);
+    sigaction(SIGHUP, nullptr, &old_hup_);
+    if (old_term_.sa_handler != SIG_IGN) sigaction(SIGTERM, &forward, nullptr);
+    if (old_hup_.sa_handler != SIG_IGN) sigaction(SIGHUP, &forward, nullptr);
+  }
+  // In the child before exec: the dispositions gpuopt was started with.
+  void restore() const {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGHUP, &old_hup_, nullptr);
+  }
+  ~ForwardTerminationSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGHUP, &old_hup_, nullptr);
+    forward_to_pid = 0;
+  }
+  void forward_to(pid_t child) {
+    forward_to_pid = child;
+    if (forwarded_signal != 0) kill(child, forwarded_signal);
+  }
+  int signal() const { return forwarded_signal; }
+
+ private:
+  struct sigaction old_term_ {};
+  struct sigaction old_hup_ {};
+};
+
 }  // namespace
+
+Status check_output_path(const std::string& path) {
+  if (path.empty()) return invalid_argument("the output path is empty");
+  const fs::path file(path);
+  std::error_code error;
+  const fs::path directory = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  const auto directory_status = fs::status(directory, error);
+  if (error || !fs::is_directory(directory_status)) {
+    return invalid_argument(
+        fmt::format("{}: directory {} does not exist", path, directory.string()));
+  }
+  const auto file_status = fs::status(file, error);
+  if (!error && fs::exists(file_status)) {
+    if (!fs::is_regular_file(file_status)) {
+      struct stat st {};
+      std::string what = "not a regular file";
+      if (::stat(path.c_str(), &st) == 0) {
+        what = fs::is_directory(file_status) ? "a directory"
+               : S_ISFIFO(st.st_mode)        ? "a FIFO"
+               : S_ISSOCK(st.st_mode)        ? "a socket"
+               : S_ISCHR(st.st_mode)         ? "a character device"
+               : S_ISBLK(st.st_mode)         ? "a block device"
+                                             : what;
+      }
+      return invalid_argument(fmt::format("{} is {}, not a regular file", path, what));
+    }
+    if (access(path.c_str(), W_OK) != 0) {
+      return permission_denied(fmt::format("{}: not writable: {}", path, std::strerror(errno)));
+    }
+  } else if (access(directory.c_str(), W_OK | X_OK) != 0) {
+    return permission_denied(fmt::format("{}: cannot create a file in {}: {}", path,
+                                         directory.string(), std::strerror(errno)));
+  }
+  return ok_status();
+}
 
 StatusOr<std::string> find_injection_library(const std::string& executable_path,
                                              const std::string& override_path) {
@@ -213,6 +300,9 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
 
   std::optional<IgnoreInterrupts> ignore_interrupts;
   ignore_interrupts.emplace();
+  std::optional<ForwardTerminationSignals> forward_signals;
+  forward_signals.emplace();
+  const pid_t parent = getpid();
   const pid_t child = fork();
   if (child < 0) {
     close(exec_pipe[0]);
@@ -222,12 +312,17 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
   if (child == 0) {
     signal(SIGINT, SIG_DFL);
     signal(SIGQUIT, SIG_DFL);
+    forward_signals->restore();
+    // Should gpuopt die without forwarding (SIGKILL), the command is told rather than orphaned.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) raise(SIGTERM);
     close(exec_pipe[0]);
     execvpe(argv[0], argv.data(), envp.data());
     const int error = errno;
     [[maybe_unused]] ssize_t written = write(exec_pipe[1], &error, sizeof(error));
     _exit(127);
   }
+  forward_signals->forward_to(child);
   close(exec_pipe[1]);
   int exec_error = 0;
   ssize_t got;
@@ -243,6 +338,8 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
       break;
     }
   }
+  run.forwarded_signal = forward_signals->signal();
+  forward_signals.reset();
   ignore_interrupts.reset();
   if (sampler) {
     sampler->finish();
@@ -271,6 +368,13 @@ StatusOr<TracedRun> run_traced(const TracedRunOptions& options) {
   std::error_code list_error;
   for (const auto& entry : fs::directory_iterator(record_directory, list_error)) {
     const std::string name = entry.path().filename().string();
+    // The traced program can write anything here: a FIFO would block the read below.
+    std::error_code type_error;
+    if (!entry.is_regular_file(type_error)) {
+      run.warnings.push_back(
+          fmt::format("{} is not a regular file; skipped", entry.path().string()));
+      continue;
+    }
     if (name.starts_with("records-") && name.ends_with(".json")) {
       auto part = read_record_file(entry.path().string());
       if (part.ok()) {

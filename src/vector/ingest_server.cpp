@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/core/regular_file.hpp"
 #include "gpuopt/vector/ingest.hpp"
 #include "ingest_io.hpp"
 
@@ -39,19 +40,25 @@ class ShmMapping {
     if (data_ != nullptr) munmap(data_, bytes_);
   }
   static StatusOr<std::unique_ptr<ShmMapping>> open(const std::string& name, std::size_t needed) {
-    int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) return errno_error(fmt::format("shm {}", name));
-    struct stat st {};
-    int stat_result = fstat(fd, &st);
+    // The client names the object: O_NONBLOCK so that a FIFO (or socket) it put there fails or
+    // is refused here instead of blocking the server while it holds the write lock.
+    int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW, 0);
+    if (fd < 0) {
+      if (errno == ENXIO) {
+        return invalid_argument(fmt::format("shm {} is not a regular shared-memory object", name));
+      }
+      return errno_error(fmt::format("shm {}", name));
+    }
     auto close_fd = [fd] { ::close(fd); };
-    if (stat_result != 0) {
+    if (Status regular = require_regular_descriptor(fd, "shm " + name); !regular.ok()) {
+      close_fd();
+      return regular;
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
       Status status = errno_error(fmt::format("shm {}: fstat", name));
       close_fd();
       return status;
-    }
-    if (!S_ISREG(st.st_mode)) {
-      close_fd();
-      return invalid_argument(fmt::format("shm {} is not a regular shared-memory object", name));
     }
     if (st.st_uid != geteuid()) {
       close_fd();

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "gpuopt/core/regular_file.hpp"
 #include "search_kernels.hpp"
 
 // GPUOPT_X86_SIMD (a CMake option, on by default on x86-64) compiles the SSE4.2 CRC32C and its
@@ -176,8 +177,19 @@ StatusOr<SegmentInfo> write_segment(const std::filesystem::path& path, std::uint
   header.data_crc = crc;
   header.header_crc = crc32c(0, &header, offsetof(SegmentHeader, header_crc));
 
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_status("open for writing", path);
+  // O_NONBLOCK: a FIFO left where the new segment goes fails the open (no reader) or is refused
+  // below, instead of blocking the import.
+  int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
+  if (fd < 0) {
+    if (errno == ENXIO)
+      return data_loss(fmt::format("segment {} is not a regular file", path.string()));
+    return errno_status("open for writing", path);
+  }
+  if (Status regular = require_regular_descriptor(fd, path); !regular.ok()) {
+    ::close(fd);
+    return data_loss(fmt::format("segment {}", regular.message()));
+  }
   std::vector<char> page(kSegmentPage, 0);
   std::memcpy(page.data(), &header, sizeof(header));
   auto write_section = [&](std::uint64_t offset, const void* data, std::uint64_t bytes) -> Status {
@@ -220,31 +232,28 @@ StatusOr<std::unique_ptr<Segment>> Segment::open(const std::filesystem::path& pa
   std::unique_ptr<Segment> segment(new Segment());
   segment->path_ = path;
   segment->info_ = expected;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) {
+  // A FIFO or device in place of a segment is refused before anything can block on it.
+  auto opened = open_regular_file(path);
+  if (!opened.ok()) {
+    if (opened.status().code() == StatusCode::kNotFound) {
       return data_loss(
           fmt::format("{}: segment file is missing (the catalogue lists it)", path.string()));
     }
-    return errno_status("open", path);
+    return data_loss(fmt::format("segment {}", opened.status().message()));
   }
+  const int fd = opened->get();
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    Status status = errno_status("stat", path);
-    ::close(fd);
-    return status;
-  }
+  if (::fstat(fd, &st) != 0) return errno_status("stat", path);
   Layout l = layout(expected.rows, expected.dim);
   std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
   if (size != l.file_bytes || size != expected.bytes) {
-    ::close(fd);
     return data_loss(
         fmt::format("{}: segment is {} bytes, expected {} for {} rows of dimension {} ({})",
                     path.string(), size, l.file_bytes, expected.rows, expected.dim,
                     size < l.file_bytes ? "truncated" : "has extra bytes"));
   }
   void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
+  opened->reset();
   if (mapping == MAP_FAILED) return errno_status("mmap", path);
   segment->mapping_ = mapping;
   segment->mapped_bytes_ = size;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "gpuopt/core/regular_file.hpp"
 #include "gpuopt/vector/filter.hpp"
 #include "gpuopt/vector/gpu_search.hpp"
 #include "search_kernels.hpp"
@@ -672,6 +673,11 @@ StatusOr<std::unique_ptr<Store>> Store::open(const fs::path& directory,
       return unavailable(
           fmt::format("{}: cannot create the store: {}", directory.string(), error.message()));
     }
+  }
+  // SQLite would block reading a FIFO in place of the catalogue or its journals.
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    Status special = refuse_special_file(fs::path(catalogue.string() + suffix));
+    if (!special.ok()) return data_loss(fmt::format("catalogue {}", special.message()));
   }
   auto state = std::make_unique<State>();
   state->directory = directory;

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <limits>
 
+#include "gpuopt/core/regular_file.hpp"
+
 namespace gpuopt::vector {
 
 namespace {
@@ -18,10 +20,13 @@ constexpr std::size_t kMaxElements = std::size_t{1}
 
 StatusOr<std::vector<std::uint8_t>> read_bytes(const std::filesystem::path& path) {
   std::vector<std::uint8_t> bytes;
-  gzFile file = gzopen(path.c_str(), "rb");  // reads plain files unchanged
+  // Only a regular file: a FIFO or device named as input must not block the read.
+  GPUOPT_ASSIGN_OR_RETURN(FileDescriptor fd, open_regular_file(path));
+  gzFile file = gzdopen(fd.get(), "rb");  // reads plain files unchanged; closes fd when closed
   if (file == nullptr) {
-    return not_found(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
+    return resource_exhausted(fmt::format("{}: cannot start reading", path.string()));
   }
+  fd.release();
   gzbuffer(file, 1 << 20);
   std::uint8_t buffer[1 << 16];
   while (true) {

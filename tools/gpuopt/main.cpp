@@ -108,9 +108,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
+    // A usage error (unknown flag, a value out of range) is the caller's error: exit 2.
     if (auto hint = usage_hint(app, argc, argv)) std::fprintf(stderr, "%s\n", hint->c_str());
     int code = app.exit(error);
-    return code == 0 ? kExitOk : kExitToolFailed;
+    return code == 0 ? kExitOk : kExitErrors;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "gpuopt: %s\n", error.what());
     return kExitToolFailed;

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -34,6 +35,15 @@ struct TraceArgs {
 };
 
 int run_trace(const TraceArgs& args) {
+  // Outputs are checked before the command starts: finding out afterwards loses the whole run.
+  for (const std::string* path : {&args.out, &args.summary_json, &args.records_json}) {
+    if (path == &args.out || !path->empty()) {
+      if (Status usable = trace::check_output_path(*path); !usable.ok()) {
+        std::fprintf(stderr, "gpuopt trace: %s\n", usable.message().c_str());
+        return kExitErrors;
+      }
+    }
+  }
   if (!trace::Tracer::built_with_cupti()) {
     std::fprintf(stderr,
                  "gpuopt trace: this gpuopt was built without CUDA, so it has no CUPTI tracer; "
@@ -75,8 +85,13 @@ int run_trace(const TraceArgs& args) {
   for (const std::string& warning : run->warnings) {
     std::fprintf(stderr, "gpuopt trace: warning: %s\n", warning.c_str());
   }
-  // The command's own status is what scripts wrapping `gpuopt trace` need to see.
-  const int status = run->exit_status;
+  // The command's own status is what scripts wrapping `gpuopt trace` need to see; after a
+  // SIGTERM or SIGHUP (passed on to the command) the conventional 128 + signal.
+  const int status = run->forwarded_signal != 0 ? 128 + run->forwarded_signal : run->exit_status;
+  if (run->forwarded_signal != 0) {
+    std::fprintf(stderr, "gpuopt trace: received %s, passed it on to '%s'\n",
+                 strsignal(run->forwarded_signal), args.command[0].c_str());
+  }
   if (!run->trace) {
     std::fprintf(
         stderr,

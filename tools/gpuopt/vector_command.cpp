@@ -11,6 +11,7 @@
 #include "command_registry.hpp"
 #include "gpuopt/vector/store.hpp"
 #include "gpuopt/vector/vector_file.hpp"
+#include "numeric_checks.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -215,6 +216,13 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
 }
 
 int run_query(const VectorArgs& args) {
+  if (args.engine == "cpu" && args.precision != "fp32") {
+    // The CPU engine computes in fp32 only: taking another precision silently would report
+    // figures for a mode that did not run.
+    return fail(args, invalid_argument(fmt::format(
+                          "--precision {} needs --engine gpu; the CPU engine computes in fp32",
+                          args.precision)));
+  }
   auto open_start = std::chrono::steady_clock::now();
   std::unique_ptr<vec::Store> store;
   auto collection = open_collection(args, store);
@@ -361,7 +369,9 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
     auto args = std::make_shared<VectorArgs>();
     CLI::App* command = vector->add_subcommand("create", "Create a store and a collection");
     common(command, args);
-    command->add_option("--dim", args->dim, "vector dimension")->required();
+    command->add_option("--dim", args->dim, "vector dimension")
+        ->required()
+        ->check(whole_number_at_least(1));
     command->add_option("--metric", args->metric, "l2, ip or cosine (default l2)");
     command->callback([args, &exit_code] { exit_code = run_create(*args); });
   }
@@ -371,10 +381,14 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
         "import", "Import vectors from fvecs, npy or IDX (gzip ok); prints each committed total");
     common(command, args);
     command->add_option("FILE", args->file, "vector file")->required();
-    command->add_option("--batch", args->batch, "vectors per commit (default 10000)");
-    command->add_option("--limit", args->limit, "import at most this many vectors");
-    command->add_option("--start-id", args->start_id,
-                        "id of the first vector (default: one past the largest id)");
+    command->add_option("--batch", args->batch, "vectors per commit (default 10000)")
+        ->check(whole_number_at_least(1));
+    command->add_option("--limit", args->limit, "import at most this many vectors")
+        ->check(whole_number_at_least(0));
+    command
+        ->add_option("--start-id", args->start_id,
+                     "id of the first vector (default: one past the largest id)")
+        ->check(whole_number_at_least(0));
     command->callback([args, &exit_code] { exit_code = run_import(*args); });
   }
   {
@@ -383,18 +397,24 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
         vector->add_subcommand("query", "k nearest neighbours of each query vector");
     common(command, args);
     command->add_option("FILE", args->file, "query vectors (fvecs, npy or IDX)")->required();
-    command->add_option("--k", args->k, "neighbours per query (default 10)");
+    command->add_option("--k", args->k, "neighbours per query (default 10)")
+        ->check(whole_number_at_least(1));
     command->add_option("--index", args->index, "exact or ivf (default exact)");
-    command->add_option("--nprobe", args->nprobe, "IVF lists probed per query (default 8)");
-    command->add_option("--nlist", args->nlist, "IVF lists (default about 4*sqrt(rows))");
+    command->add_option("--nprobe", args->nprobe, "IVF lists probed per query (default 8)")
+        ->check(whole_number_at_least(1));
+    command->add_option("--nlist", args->nlist, "IVF lists (default about 4*sqrt(rows))")
+        ->check(whole_number_at_least(0));
     command->add_option("--where", args->where, "Chroma-style metadata filter (JSON)");
-    command->add_option("--limit", args->limit, "use at most this many queries");
-    command->add_option("--threads", args->threads, "CPU threads (default all)");
+    command->add_option("--limit", args->limit, "use at most this many queries")
+        ->check(whole_number_at_least(0));
+    command->add_option("--threads", args->threads, "CPU threads (default all)")
+        ->check(whole_number_at_least(0));
     command->add_flag("--all", args->show_all, "print every query's results (text mode)");
     command->add_option("--engine", args->engine, "cpu or gpu (default cpu)");
     command->add_option("--precision", args->precision,
                         "GPU: fp32 (exact) or tf32 (tensor cores + exact re-rank)");
-    command->add_option("--repeat", args->repeat, "run the search N times, report the median");
+    command->add_option("--repeat", args->repeat, "run the search N times, report the median")
+        ->check(whole_number_at_least(1));
     command->callback([args, &exit_code] { exit_code = run_query(*args); });
   }
   {

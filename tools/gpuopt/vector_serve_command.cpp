@@ -15,6 +15,7 @@
 #include "gpuopt/vector/ingest.hpp"
 #include "gpuopt/vector/store.hpp"
 #include "gpuopt/vector/vector_file.hpp"
+#include "numeric_checks.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -184,8 +185,10 @@ GPUOPT_REGISTER_COMMAND("", 71, [](CLI::App& parent, int& exit_code) {
     command->add_option("DIR", args->directory, "store directory")->required();
     command->add_option("--socket", args->socket, "Unix socket path (created with mode 0600)")
         ->required();
-    command->add_option("--timeout", args->timeout_s,
-                        "seconds a client may stall mid-message (default 30)");
+    command
+        ->add_option("--timeout", args->timeout_s,
+                     "seconds a client may stall mid-message (default 30)")
+        ->check(whole_number_at_least(1));
     command->add_flag("--json", args->json, "one JSON object per event on stdout");
     command->callback([args, &exit_code] { exit_code = run_serve(*args); });
   }
@@ -196,13 +199,17 @@ GPUOPT_REGISTER_COMMAND("", 71, [](CLI::App& parent, int& exit_code) {
     command->add_option("FILE", args->file, "vector file (fvecs, npy or IDX)")->required();
     command->add_option("--socket", args->socket, "the server's socket")->required();
     command->add_option("--collection", args->collection, "collection name (default: default)");
-    command->add_option("--batch", args->batch, "vectors per commit (default 10000)");
-    command->add_option("--limit", args->limit, "send at most this many vectors");
-    command->add_option("--start-id", args->start_id,
-                        "id of the first vector (default: the collection's count)");
+    command->add_option("--batch", args->batch, "vectors per commit (default 10000)")
+        ->check(whole_number_at_least(1));
+    command->add_option("--limit", args->limit, "send at most this many vectors")
+        ->check(whole_number_at_least(0));
+    command
+        ->add_option("--start-id", args->start_id,
+                     "id of the first vector (default: the collection's count)")
+        ->check(whole_number_at_least(0));
     command->add_flag("--upsert", args->upsert, "replace ids that exist instead of failing");
-    command->add_option("--timeout", args->timeout_s,
-                        "seconds to wait for each reply (default 30)");
+    command->add_option("--timeout", args->timeout_s, "seconds to wait for each reply (default 30)")
+        ->check(whole_number_at_least(1));
     command->add_flag("--json", args->json, "JSON on stdout");
     command->callback([args, &exit_code] { exit_code = run_send(*args); });
   }

@@ -113,6 +113,11 @@ void judge(Report& report);
 int exit_code(const Report& report);
 
 nlohmann::json to_json(const Report& report);
+// to_json's document as text that always parses: strings read from the machine (process names,
+// cgroup paths, fd targets, vendor strings) are raw bytes, and any byte that is not UTF-8 becomes
+// U+FFFD instead of failing the whole dump.
+std::string dump_json(const nlohmann::json& document);
+// For people: strings read from the machine are escaped (\n, \x1b, \xff), never sent raw.
 std::string render_text(const Report& report, bool color);
 std::string render_prometheus(const Report& report);
 

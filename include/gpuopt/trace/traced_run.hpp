@@ -32,7 +32,15 @@ struct TracedRun {
   std::vector<std::string> warnings;  // unreadable record files, NVML trouble
   std::vector<UtilizationSample> nvml_samples;
   std::optional<std::string> nvml_unavailable_reason;
+  // SIGTERM or SIGHUP that gpuopt received while the command ran and passed on to it; 0 if none.
+  // The caller should end with 128 + this signal once it has written what was traced.
+  int forwarded_signal = 0;
 };
+
+// Checks, before anything runs, that an output file can be written: its directory exists and is
+// writable, and the path is absent or a writable regular file (not a directory, FIFO, socket or
+// device). INVALID_ARGUMENT or PERMISSION_DENIED naming the path.
+Status check_output_path(const std::string& path);
 
 // Finds libgpuopt_trace_inject.so: `override_path` when not empty (NOT_FOUND when it is not a
 // readable file), else next to `executable_path`, else in ../bin, ../lib and ../../bin (the build
@@ -40,8 +48,10 @@ struct TracedRun {
 StatusOr<std::string> find_injection_library(const std::string& executable_path,
                                              const std::string& override_path = {});
 
-// Runs the command to completion. An error only when the tool itself fails (cannot create the
-// record directory, fork, or the command cannot be executed: NOT_FOUND).
+// Runs the command to completion; SIGTERM and SIGHUP received meanwhile are forwarded to it (see
+// TracedRun::forwarded_signal), and it gets SIGTERM if gpuopt dies first. An error only when the
+// tool itself fails (cannot create the record directory, fork, or the command cannot be executed:
+// NOT_FOUND).
 StatusOr<TracedRun> run_traced(const TracedRunOptions& options);
 
 }  // namespace gpuopt::trace

@@ -66,13 +66,15 @@ class Machine:
     def write(self, path, text, mode="w"):
         full = os.path.join(self.root, path.lstrip("/"))
         os.makedirs(os.path.dirname(full), exist_ok=True)
+        if isinstance(text, bytes):
+            mode = "wb"
         with open(full, mode) as f:
             f.write(text)
 
     def link(self, path, target):
         full = os.path.join(self.root, path.lstrip("/"))
         os.makedirs(os.path.dirname(full), exist_ok=True)
-        os.symlink(target, full)
+        os.symlink(target, full)  # bytes targets are kept byte for byte
 
     def platform(self, policy="default", cmdline="", groups=None, processes=None):
         choices = ["default", "performance", "powersave", "powersupersave"]
@@ -141,9 +143,11 @@ def h200_server(name, policy="default", cmdline="intel_iommu=on iommu=pt", group
                                       aspm=2 if gpu_aspm else 0),
                                  [aer_cap(), ats_cap(False), rebar_cap(1, 18, 18)]))
     for pid, (comm, state, ppid, session, fds, cgroup) in (processes or {}).items():
-        m.write(f"proc/{pid}/stat",
-                f"{pid} ({comm}) {state} {ppid} {session} {session} 0 -1 4194560 100 0 0 0 5 3\n")
-        m.write(f"proc/{pid}/cgroup", f"0::{cgroup}\n")
+        # comm and cgroup may be bytes: the kernel passes them on unchecked, not as UTF-8.
+        raw = lambda text: text if isinstance(text, bytes) else text.encode()
+        m.write(f"proc/{pid}/stat", f"{pid} (".encode() + raw(comm) +
+                f") {state} {ppid} {session} {session} 0 -1 4194560 100 0 0 0 5 3\n".encode())
+        m.write(f"proc/{pid}/cgroup", b"0::" + raw(cgroup) + b"\n")
         os.makedirs(os.path.join(m.root, f"proc/{pid}/fd"), exist_ok=True)
         for fd, target in fds.items():
             m.link(f"proc/{pid}/fd/{fd}", target)
@@ -187,4 +191,13 @@ if __name__ == "__main__":
         # A healthy daemon holding the control device: not a leak.
         1500: ("nvidia-persiste", "S", 1, 1500, {3: "/dev/nvidiactl"},
                "/system.slice/nvidia-persistenced.service"),
+    })
+    # The same leak, with names no process is obliged to keep tidy: prctl(PR_SET_NAME) takes any
+    # bytes, so comm holds a terminal escape, a newline and bytes that are not UTF-8 (0xff, an
+    # overlong 0xc0 0xaf, a C1 CSI as UTF-8); the cgroup path and an fd target do too.
+    h200_server("hostile-process-names", processes={
+        4242: (b"\x1b[2Jev\xffil\nx\xc0\xaf\xc2\x9b", "Z", 4100, 4100,
+               {3: "/dev/nvidiactl", 4: b"/dev/nvidia0\xfe\x1b]0;t\x07"},
+               b"/user.slice/\xfe\xffsession.scope"),
+        4100: (b"sh\x1b[31m", "S", 1, 4100, {}, "/user.slice/user-1000.slice/session-3.scope"),
     })

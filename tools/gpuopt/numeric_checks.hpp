@@ -1,0 +1,30 @@
+// CLI11 checks for whole-number flags (counts, sizes, ids) with messages a person can act on: CLI11
+// adds the flag's name, so "--k: -1 is below the minimum 1".
+#pragma once
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <string>
+#include <system_error>
+
+namespace gpuopt::cli {
+
+inline CLI::Validator whole_number_at_least(long long minimum) {
+  return CLI::Validator(
+      [minimum](std::string& text) -> std::string {
+        long long value = 0;
+        const char* end = text.data() + text.size();
+        auto [stop, error] = std::from_chars(text.data(), end, value);
+        if (error == std::errc::result_out_of_range) return fmt::format("{} is too large", text);
+        if (error != std::errc() || stop != end || text.empty()) {
+          return fmt::format("'{}' is not a whole number", text);
+        }
+        if (value < minimum) return fmt::format("{} is below the minimum {}", text, minimum);
+        return {};
+      },
+      fmt::format("INT>={}", minimum));
+}
+
+}  // namespace gpuopt::cli
