@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python package on the GPU machine: installs the carried wheel (.whl/gpuopt-*.whl, built here
-# by the README's `pip wheel` command, without the CLI) into a venv that sees the machine's torch,
+# by the README's `pip wheel` command, without the CLI) for the machine's own python3 (its torch),
 # then runs tests/python (GPU tests run for real there) and the GPTQ layer example.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,19 +11,22 @@ if [ -z "$wheel" ]; then
   echo "RESULT: python: skipped, no wheel in .whl/ (build it with the README's pip wheel command)"
   exit 0
 fi
-venv=$(mktemp -d /tmp/gpuopt-python-XXXXXX)
-trap 'rm -rf "$venv"' EXIT
-# --system-site-packages: torch, numpy and pytest come from the machine's Python.
-python3 -m venv --system-site-packages "$venv" || { echo "RESULT: python: venv failed"; exit 1; }
-"$venv/bin/pip" install --no-deps --no-index -q "$wheel" >"$out/install.log" 2>&1 ||
+# Installed into a scratch folder on PYTHONPATH of the machine's own python3 (PyTorch's venv:
+# torch, numpy and pytest come from there; a venv made from inside it would not see them).
+site=$(mktemp -d /tmp/gpuopt-python-XXXXXX)
+trap 'rm -rf "$site"' EXIT
+python3 -m pip install --no-deps --no-index --no-compile -q --target "$site" "$wheel" \
+  >"$out/install.log" 2>&1 ||
   { cat "$out/install.log"; echo "RESULT: python: pip install $(basename "$wheel") failed"; exit 1; }
-cd "$venv"  # import the installed package, not python/gpuopt of the checkout
-"$venv/bin/python" -c 'import gpuopt, torch; print("gpuopt", gpuopt.__version__, "cuda", gpuopt.built_with_cuda, "torch", torch.__version__)'
-"$venv/bin/python" -m pytest "$OLDPWD/tests/python" -q -rs --junitxml="$out/pytest.xml" 2>&1 | tee "$out/pytest.log"
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="$site/bin:$PATH"
+cd "$site"  # import the installed package, not python/gpuopt of the checkout
+python3 -c 'import gpuopt, torch; print("gpuopt", gpuopt.__version__, "cuda", gpuopt.built_with_cuda, "torch", torch.__version__)'
+python3 -m pytest "$OLDPWD/tests/python" -q -rs --junitxml="$out/pytest.xml" 2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}
-"$venv/bin/python" "$OLDPWD/examples/gptq_layer.py" --synthetic --m 16 2>&1 | tee "$out/gptq_layer.log"
+python3 "$OLDPWD/examples/gptq_layer.py" --synthetic --m 16 2>&1 | tee "$out/gptq_layer.log"
 # Per-call overhead of the layer from Python at M=1 on the 70B down-projection shape.
-"$venv/bin/python" "$OLDPWD/bench/python/w4a16_overhead.py" 2>&1 | tee "$out/w4a16_overhead.log" |
+python3 "$OLDPWD/bench/python/w4a16_overhead.py" 2>&1 | tee "$out/w4a16_overhead.log" |
   grep '^RESULT:'
 summary=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|skipped)' "$out/pytest.log" | tail -1 | tr -d '=')
 echo "RESULT: python pytest: ${summary:-no summary} (exit $rc)"
