@@ -77,13 +77,15 @@ def main() -> None:
         "k": args.k, "n": args.n, "m": args.m, "iters": args.iters, "repeats": args.repeats,
         "eager_us_per_call": eager_us, "graph_us_per_call": graph_us,
         "eager_median_us": eager_med, "graph_median_us": graph_med,
-        "overhead_us": eager_med - graph_med, "graph_replay_equals_eager": same,
+        "overhead_us": eager_med - graph_med,
+        # Bitwise: the default (non-deterministic) mode's split-K sums may differ in the last bit.
+        "graph_replay_bitwise_equal": same,
     }
     print(json.dumps(result))
     spread = lambda v: (max(v) - min(v)) / statistics.median(v) * 100  # noqa: E731
     print(f"RESULT: python W4A16 K={args.k} N={args.n} M={args.m}: eager {eager_med:.1f} us "
           f"(±{spread(eager_us):.1f}%), graph {graph_med:.1f} us (±{spread(graph_us):.1f}%), "
-          f"Python adds {eager_med - graph_med:.2f} us per call; replay==eager {same}")
+          f"Python adds {eager_med - graph_med:.2f} us per call")
 
 
 if __name__ == "__main__":

@@ -223,24 +223,25 @@ def _register_op() -> None:
             return
         import torch
 
-        @torch.library.custom_op("gpuopt::w4a16_gemm", mutates_args=())
-        def w4a16_gemm_op(
-            x: torch.Tensor,
-            tiles: torch.Tensor,
-            scales: torch.Tensor,
-            zeros: torch.Tensor,
-            perm: torch.Tensor,
-            k: int,
-            n: int,
-            group_size: int,
-            has_zeros: bool,
-        ) -> torch.Tensor:
+        def w4a16_gemm_impl(x, tiles, scales, zeros, perm, k, n, group_size, has_zeros):
             y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
             if x.shape[0] == 0:
                 return y
             plan = _plan(x, y, tiles, scales, zeros, perm, k, n, group_size, has_zeros)
             plan.run(x.data_ptr(), y.data_ptr(), torch.cuda.current_stream(x.device).cuda_stream)
             return y
+
+        # torch infers the op's schema from the annotations; this module's annotations are strings
+        # (from __future__ import annotations) that name torch, which is imported only here, so
+        # the real types are given directly.
+        tensor = torch.Tensor
+        w4a16_gemm_impl.__annotations__ = {
+            "x": tensor, "tiles": tensor, "scales": tensor, "zeros": tensor, "perm": tensor,
+            "k": int, "n": int, "group_size": int, "has_zeros": bool, "return": tensor,
+        }
+        w4a16_gemm_op = torch.library.custom_op("gpuopt::w4a16_gemm", mutates_args=())(
+            w4a16_gemm_impl
+        )
 
         @w4a16_gemm_op.register_fake
         def _(x, tiles, scales, zeros, perm, k, n, group_size, has_zeros):
