@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Unknown subcommands and options are named, with the nearest known one, and exit 3.
+# Unknown subcommands and options are named, with the nearest known one, and exit 2 (usage error).
 # Usage: bash usage_hints.sh <gpuopt binary> <tests/data dir>
 set -u
 gpuopt="$1"
@@ -8,7 +8,7 @@ expect() {  # expected-stderr-line args...
   local want="$1"; shift
   local out rc
   out=$("$gpuopt" "$@" 2>&1 >/dev/null); rc=$?
-  if [ "$rc" -ne 3 ]; then echo "FAIL: gpuopt $* exited $rc, expected 3"; fail=1; fi
+  if [ "$rc" -ne 2 ]; then echo "FAIL: gpuopt $* exited $rc, expected 2"; fail=1; fi
   if ! grep -qF -- "$want" <<<"$out"; then echo "FAIL: gpuopt $*: no line '$want' in: $out"; fail=1; fi
 }
 expect "gpuopt: unknown command 'audti'; did you mean 'audit'?" audti

@@ -81,8 +81,9 @@ int main(int argc, char** argv) {
   disable_libraries_from_environment();
   CLI::App app{"gpuopt: find what slows a GPU machine, measure it, and fix it (read-only)"};
   app.footer(
-      "Exit codes: 0 healthy (notes at most), 1 warnings, 2 failing (a fault or wrong results), "
-      "3 gpuopt itself failed or the command line was not understood.");
+      "Exit codes: 0 healthy (notes at most), 1 warnings, 2 failing (a fault or wrong results) "
+      "or a usage error (an unknown command or flag, a value out of range), 3 gpuopt itself "
+      "failed.");
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text());
 
