@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -142,13 +143,18 @@ class IgnoreInterrupts {
 // While the command runs, SIGTERM and SIGHUP sent to gpuopt are passed on to it (a service manager
 // or a closed terminal means the traced program, not only gpuopt): without this gpuopt died and
 // left the program running, orphaned. The handler only calls kill() and records the signal.
-volatile sig_atomic_t forward_to_pid = 0;
-volatile sig_atomic_t forwarded_signal = 0;
+// Lock-free atomics, not volatile sig_atomic_t: the signal may be delivered on any thread of the
+// process, so the handler and the thread running the command share these across threads.
+std::atomic<pid_t> forward_to_pid{0};
+std::atomic<int> forwarded_signal{0};
+static_assert(std::atomic<pid_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
+              "the signal handler may only touch lock-free atomics");
 
 void forward_signal(int signal_number) {
   const int saved_errno = errno;
-  forwarded_signal = signal_number;
-  if (forward_to_pid > 0) kill(static_cast<pid_t>(forward_to_pid), signal_number);
+  forwarded_signal.store(signal_number);
+  const pid_t child = forward_to_pid.load();
+  if (child > 0) kill(child, signal_number);
   errno = saved_errno;
 }
 
@@ -157,8 +163,8 @@ void forward_signal(int signal_number) {
 class ForwardTerminationSignals {
  public:
   ForwardTerminationSignals() {
-    forwarded_signal = 0;
-    forward_to_pid = 0;
+    forwarded_signal.store(0);
+    forward_to_pid.store(0);
     struct sigaction forward {};
     forward.sa_handler = forward_signal;
     sigemptyset(&forward.sa_mask);
@@ -177,13 +183,13 @@ class ForwardTerminationSignals {
   ~ForwardTerminationSignals() {
     sigaction(SIGTERM, &old_term_, nullptr);
     sigaction(SIGHUP, &old_hup_, nullptr);
-    forward_to_pid = 0;
+    forward_to_pid.store(0);
   }
   void forward_to(pid_t child) {
-    forward_to_pid = child;
-    if (forwarded_signal != 0) kill(child, forwarded_signal);
+    forward_to_pid.store(child);
+    if (const int pending = forwarded_signal.load(); pending != 0) kill(child, pending);
   }
-  int signal() const { return forwarded_signal; }
+  int signal() const { return forwarded_signal.load(); }
 
  private:
   struct sigaction old_term_ {};
