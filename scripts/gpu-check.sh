@@ -62,8 +62,10 @@ for test_binary in "$bundle"/bin/unit_* "$bundle"/bin/gpu_*; do
       # model; it reports hazards inside them. gpuopt's own kernels are all raced-checked.
       filter=()
       [ "$tool" = racecheck ] && filter=(--kernel-name-exclude kns=cudnn)
+      # Tests that provoke a CUDA API error on purpose (an allocation the device cannot satisfy,
+      # to check it comes back as RESOURCE_EXHAUSTED) would count as sanitizer errors.
       timeout 300 compute-sanitizer --tool $tool "${filter[@]}" --error-exitcode 9 \
-        "$test_binary" --gtest_brief=1 \
+        "$test_binary" --gtest_brief=1 --gtest_filter='-*ImpossibleSize*' \
         >"$out/sanitize_${tool}_$name.log" 2>&1
       src=$?
       row "  $tool $name" "$([ $src -eq 0 ] && echo ok || echo FAIL)" \
