@@ -5,10 +5,10 @@
 #
 #   bash scripts/check-wording.sh [PATH ...]     (default: the whole repository)
 #
-# Two rule sets: prose (docs/, top-level *.md) is held to the strict one, where "session" and
-# "helper" have no technical use; code, scripts and CMake files to a narrower one that lets Unix
-# process sessions ("session leader", /proc/<pid>/stat's session field) and helper functions or
-# processes pass. tests/data/ (recorded machines: cgroup "session-3.scope") and the fuzz corpora
+# Two rule sets: prose (docs/, top-level *.md) is held to the strict one, where "session" and the
+# word for an assisting person have no technical use; code, scripts and CMake files to a narrower
+# one that lets Unix process sessions ("session leader", /proc/<pid>/stat's session field) and
+# supporting functions or processes pass. tests/data/ (recorded machines: cgroup "session-3.scope") and the fuzz corpora
 # are not read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 self=scripts/check-wording.sh
 
 # Rules for every file. Numbered calls/runs/rounds/iterations, unless the number is a count or a
-# quantity ("run 10 times", "call 15 % slower").
+# quantity ("run 5 times", "call 15 % slower").
 quantity='(?!\s*(?:times|x\b|×|%|µs|us\b|ms\b|s\b|seconds|samples|warm|launches|repetitions|per\b|more|fewer|or more|\.\d|,\d))'
 ordinal='(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|\d+(?:st|nd|rd|th))'
 common="\\b(?:call|run|round|iteration)s?\\s+\\d++${quantity}"
@@ -25,11 +25,11 @@ common+="|\\bsessions?\\s+\\d+\\b|\\bsession's\\b"
 common+="|\\b(?i:leas(?:e|es|ed|ing))\\b|\\b(?i:sprints?)\\b|\\b(?i:agents?)\\b"
 common+="|\\bthis PR\\b|\\bTODO\\b.*\\breview\\b"
 
-# Prose only: any "session" but a Unix process session, "helper" but a helper process, function
-# or program, and words for the people and the tool calls behind a figure.
+# Prose only: any "session" but a Unix process session, the assisting-person word unless it names a
+# process, function or program, and words for the people and the tool calls behind a figure.
 prose="${common}"
 prose+="|(?<!process )(?<!Unix )\\b(?i:sessions?)\\b(?!\\s+leader)"
-prose+="|\\b(?i:helpers?)\\b(?!\\s+(?:process|function|program))"
+prose+="|\\b(?i:help)(?i:ers?)\\b(?!\\s+(?:process|function|program))"
 prose+="|\\b(?i:the lead|lead's)\\b|\\b(?i:device calls?)\\b|\\b(?i:final review)\\b"
 
 list_files() {

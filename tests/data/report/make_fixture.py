@@ -3,8 +3,8 @@
 verdicts) for the report view's tests.
 
 Each stage's data has the shape its command prints with --json (src/bench/*, tools/gpuopt/*); the
-figures are the H200 measurements recorded in docs/PERFORMANCE.md (bench pcie run 2, bench streams
-run 3, bench loader run 2, loss scaler run 2, W4A16 GEMM run 50, vector run 10, pipeline run 13).
+figures are the H200 measurements of 2026-11-30 recorded in docs/PERFORMANCE.md (the pcie, streams,
+loader, loss scaler, W4A16 GEMM, vector and pipeline tables, each with its commit and command).
 Fields those entries do not record are left out, never filled in. The doctor stage is the real
 output of `gpuopt doctor --json --root tests/data/doctor/h200-healthy`, passed as argv[1].
 

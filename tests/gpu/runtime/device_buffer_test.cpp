@@ -16,8 +16,8 @@ namespace {
 
 std::vector<std::uint32_t> read_back(const DeviceBuffer& buffer, cudaStream_t stream) {
   std::vector<std::uint32_t> host(buffer.size_bytes() / sizeof(std::uint32_t), 0xdeadbeef);
-  EXPECT_EQ(cudaMemcpyAsync(host.data(), buffer.data(), buffer.size_bytes(),
-                            cudaMemcpyDeviceToHost, stream),
+  EXPECT_EQ(cudaMemcpyAsync(host.data(), buffer.data(), buffer.size_bytes(), cudaMemcpyDeviceToHost,
+                            stream),
             cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   return host;

@@ -149,10 +149,10 @@ TEST(Verdict, DevelopmentTargetNeverFailsAHealthyMachine) {
   Check missed = check_of("speedup_target", Verdict::kFailing);
   missed.development_target = true;
   EXPECT_EQ(counted_verdict(missed), Verdict::kInfo);
-  Check helper = development_target("speedup_target", false, "3.04x of the 3.3x goal");
-  EXPECT_EQ(helper.verdict, Verdict::kInfo);
-  EXPECT_TRUE(helper.development_target);
-  EXPECT_NE(helper.summary.find("not met"), std::string::npos);
+  Check target = development_target("speedup_target", false, "3.04x of the 3.3x goal");
+  EXPECT_EQ(target.verdict, Verdict::kInfo);
+  EXPECT_TRUE(target.development_target);
+  EXPECT_NE(target.summary.find("not met"), std::string::npos);
 
   Suite suite("fixture");
   suite.add(std::make_unique<CheckedTestcase>(

@@ -14,8 +14,8 @@ namespace gpuopt::platform {
 namespace {
 
 std::optional<std::string> find_pci_ids() {
-  for (const char* path : {"/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids",
-                           "/usr/share/pci.ids"}) {
+  for (const char* path :
+       {"/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids", "/usr/share/pci.ids"}) {
     if (std::filesystem::is_regular_file(path)) return std::string(path);
   }
   return std::nullopt;
