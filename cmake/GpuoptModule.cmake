@@ -177,7 +177,9 @@ function(gpuopt_test_binary name)
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE
     GPUOPT_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+  # Listing the tests loads the binary and its CUDA fatbins; on a loaded 2-core CI machine that
+  # took longer than CMake's 5 s default for gpu_kernels.
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 120
     PROPERTIES LABELS ${ARG_LABEL}
     TEST_PREFIX "${ARG_LABEL}.")
 endfunction()
