@@ -16,6 +16,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 from gptq_layer import write_synthetic  # noqa: E402
@@ -65,10 +66,17 @@ def main() -> None:
                 y_graph = linear(x)
     torch.cuda.synchronize()
 
-    eager_us, graph_us = [], []
+    eager_us, graph_us, host_us = [], [], []
     for _ in range(args.repeats):  # interleaved, so drift hits both
         eager_us.append(timed(eager))
         graph_us.append(timed(graph.replay))
+        # The host's own cost per call: the loop's wall time without waiting for the GPU (the
+        # launch queue holds far more than ITERS kernels, so the loop never blocks on it).
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        eager()
+        host_us.append((time.perf_counter() - begin) * 1e6 / args.iters)
+        torch.cuda.synchronize()
     y_eager = linear(x)
     torch.cuda.synchronize()
     same = bool(torch.equal(y_eager, y_graph))
@@ -78,6 +86,8 @@ def main() -> None:
         "eager_us_per_call": eager_us, "graph_us_per_call": graph_us,
         "eager_median_us": eager_med, "graph_median_us": graph_med,
         "overhead_us": eager_med - graph_med,
+        "host_us_per_call": host_us,
+        "host_median_us": statistics.median(host_us),
         # Bitwise: the default (non-deterministic) mode's split-K sums may differ in the last bit.
         "graph_replay_bitwise_equal": same,
     }
@@ -85,7 +95,8 @@ def main() -> None:
     spread = lambda v: (max(v) - min(v)) / statistics.median(v) * 100  # noqa: E731
     print(f"RESULT: python W4A16 K={args.k} N={args.n} M={args.m}: eager {eager_med:.1f} us "
           f"(±{spread(eager_us):.1f}%), graph {graph_med:.1f} us (±{spread(graph_us):.1f}%), "
-          f"Python adds {eager_med - graph_med:.2f} us per call")
+          f"Python adds {eager_med - graph_med:.2f} us per call, host time per call "
+          f"{statistics.median(host_us):.1f} us")
 
 
 if __name__ == "__main__":

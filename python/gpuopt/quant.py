@@ -9,13 +9,16 @@
 a checkpoint directory (``model.safetensors.index.json`` shards, or one ``model.safetensors``) and
 repacks them into the W4A16 kernel layout on the CPU; it needs neither torch nor a GPU, and
 ``QuantizedLayer.reference`` runs the kernel's CPU twin. ``W4A16Linear`` keeps that layout in torch
-buffers and calls the GEMM as the ``torch.ops.gpuopt.w4a16_gemm`` custom op, which has a fake
-(meta) implementation, so ``torch.compile`` traces it and CUDA graphs capture it (warm up once
-outside capture: the first call per input row count plans the kernel).
+buffers. Eager calls run the layer's cached plan directly on the current torch stream (the
+custom op's Python dispatch would cost more than the kernel at M=1); under ``torch.compile`` it
+calls the ``torch.ops.gpuopt.w4a16_gemm`` custom op, which has a fake (meta) implementation, so
+Dynamo traces it. CUDA graphs capture either (warm up once outside capture: the first call per
+input row count plans the kernel).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import threading
@@ -150,6 +153,33 @@ _op_registered = False
 _plans: dict[tuple, tuple[Any, Any]] = {}
 
 
+def _clear_plans() -> None:
+    """Drops the cached plans (and their workspaces) before the interpreter tears modules down."""
+    _plans.clear()
+
+
+atexit.register(_clear_plans)
+_raw_stream: Any = None
+
+
+def _current_stream(device: Any) -> int:
+    """The caller's current torch stream on `device` as an integer cudaStream_t.
+
+    torch's raw-stream getter (what Triton's launcher uses) returns the handle without building a
+    torch.cuda.Stream object; the public path is the fallback when a torch build lacks it.
+    """
+    global _raw_stream
+    import torch
+
+    if _raw_stream is None:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _raw_stream = raw if raw is not None else (
+            lambda index: torch.cuda.current_stream(index).cuda_stream
+        )
+    index = device.index
+    return _raw_stream(torch.cuda.current_device() if index is None else index)
+
+
 def _dtype_name(tensor: Any) -> str:
     import torch
 
@@ -204,7 +234,7 @@ def _plan(
             zeros.data_ptr() if has_zeros else 0,
             perm.data_ptr() if perm.numel() else 0,
         )
-        stream = torch.cuda.current_stream(x.device).cuda_stream
+        stream = _current_stream(x.device)
         workspace = torch.empty(
             max(1, plan.workspace_size(x.data_ptr(), y.data_ptr())),
             dtype=torch.uint8,
@@ -228,7 +258,7 @@ def _register_op() -> None:
             if x.shape[0] == 0:
                 return y
             plan = _plan(x, y, tiles, scales, zeros, perm, k, n, group_size, has_zeros)
-            plan.run(x.data_ptr(), y.data_ptr(), torch.cuda.current_stream(x.device).cuda_stream)
+            plan.run(x.data_ptr(), y.data_ptr(), _current_stream(x.device))
             return y
 
         # torch infers the op's schema from the annotations; this module's annotations are strings
@@ -272,6 +302,10 @@ def _make_linear_class() -> type:
     import torch
 
     _register_op()
+    # True while torch.compile (Dynamo) traces: the custom op is what it can see through.
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (
+        lambda: False
+    )
 
     class W4A16LinearModule(torch.nn.Module):
         """y = x @ W (+ bias), W 4-bit in the W4A16 kernel layout (see gpuopt.quant.W4A16Linear)."""
@@ -287,6 +321,8 @@ def _make_linear_class() -> type:
             self.group_size = layer.group_size
             self.has_zeros = layer.has_zeros
             self.dtype_name = layer.dtype
+            self._torch_dtype = getattr(torch, layer.dtype)
+            self._eager_plans: dict[int, tuple[int, Any]] = {}
 
             def as_tensor(array: np.ndarray) -> torch.Tensor:
                 return torch.from_numpy(np.ascontiguousarray(array)).to(device)
@@ -317,7 +353,8 @@ def _make_linear_class() -> type:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             if not x.is_cuda:
                 raise InvalidArgumentError(f"x: on {x.device}; W4A16Linear runs on CUDA tensors")
-            if _dtype_name(x) != self.dtype_name:
+            if x.dtype != self._torch_dtype:
+                _dtype_name(x)  # names an unsupported dtype
                 raise InvalidArgumentError(
                     f"x: dtype {x.dtype}, this layer was loaded for {self.dtype_name}"
                 )
@@ -332,9 +369,36 @@ def _make_linear_class() -> type:
             if not x.is_contiguous():
                 raise InvalidArgumentError(f"x: strides {tuple(x.stride())} are not contiguous")
             leading = x.shape[:-1]
+            x2d = x.reshape(-1, self.in_features)
+            if not is_compiling():
+                y = self._run_eager(x2d)
+            else:
+                y = self._run_op(x2d)
+            y = y.reshape(*leading, self.out_features)
+            return y + self.bias if self.bias is not None else y
+
+        def _run_eager(self, x2d: torch.Tensor) -> torch.Tensor:
+            # The plan of this layer for this M, called directly: the custom op's Python dispatch
+            # costs tens of microseconds per call, longer than the kernel at M=1 on most shapes.
+            m = x2d.shape[0]
+            y = torch.empty((m, self.out_features), dtype=x2d.dtype, device=x2d.device)
+            if m == 0:
+                return y
+            tiles = self.tiles.data_ptr()
+            entry = self._eager_plans.get(m)
+            if entry is None or entry[0] != tiles:
+                plan = _plan(
+                    x2d, y, self.tiles, self.scales, self.zeros, self.perm, self.in_features,
+                    self.out_features, self.group_size, self.has_zeros,
+                )
+                entry = self._eager_plans[m] = (tiles, plan)
+            entry[1].run(x2d.data_ptr(), y.data_ptr(), _current_stream(x2d.device))
+            return y
+
+        def _run_op(self, x2d: torch.Tensor) -> torch.Tensor:
             # The op itself, not w4a16_gemm(): nothing here that torch.compile cannot trace.
-            y = torch.ops.gpuopt.w4a16_gemm(
-                x.reshape(-1, self.in_features),
+            return torch.ops.gpuopt.w4a16_gemm(
+                x2d,
                 self.tiles,
                 self.scales,
                 self.zeros,
@@ -344,8 +408,6 @@ def _make_linear_class() -> type:
                 self.group_size,
                 self.has_zeros,
             )
-            y = y.reshape(*leading, self.out_features)
-            return y + self.bias if self.bias is not None else y
 
     W4A16LinearModule.__name__ = "W4A16Linear"
     W4A16LinearModule.__qualname__ = "W4A16Linear"

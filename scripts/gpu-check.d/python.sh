@@ -28,6 +28,9 @@ python3 "$OLDPWD/examples/gptq_layer.py" --synthetic --m 16 2>&1 | tee "$out/gpt
 # Per-call overhead of the layer from Python at M=1 on the 70B down-projection shape.
 python3 "$OLDPWD/bench/python/w4a16_overhead.py" 2>&1 | tee "$out/w4a16_overhead.log" |
   grep '^RESULT:'
+# A small layer, where the kernel is shorter than a Python call and the host cost shows in full.
+python3 "$OLDPWD/bench/python/w4a16_overhead.py" --k 4096 --n 4096 2>&1 |
+  tee "$out/w4a16_overhead_4096.log" | grep '^RESULT:'
 summary=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|skipped)' "$out/pytest.log" | tail -1 | tr -d '=')
 echo "RESULT: python pytest: ${summary:-no summary} (exit $rc)"
 exit $rc

@@ -140,6 +140,26 @@ def test_w4a16_linear_graph_replay_equals_eager_and_compiles(tmp_path, rng):
 
 
 @requires_gpu
+def test_w4a16_linear_eager_call_equals_the_op_and_follows_moved_weights(tmp_path, rng):
+    import torch
+
+    write_checkpoint(tmp_path, rng, k=512, n=256, group_size=128)
+    linear = quant.W4A16Linear(quant.load_layer(tmp_path, LAYER), device="cuda")
+    x = torch.randn(3, 512, dtype=torch.float16, device="cuda")
+    eager = linear(x)  # the layer's own plan, called directly
+    assert torch.equal(eager, quant.w4a16_gemm(x, linear))  # the custom op
+    linear.cpu()
+    linear.cuda()  # new buffers: the cached plan must not keep the old pointers
+    assert torch.equal(linear(x), eager)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # runs on the caller's current stream
+        on_side = linear(x)
+    side.synchronize()
+    assert torch.equal(on_side, eager)
+
+
+@requires_gpu
 def test_w4a16_linear_rejects_bad_inputs(tmp_path, rng):
     import torch
 
