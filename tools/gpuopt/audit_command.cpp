@@ -2,6 +2,7 @@
 // process of this binary (so one stage can fail or hang without taking the others down), and
 // writes report.json + an offline report.html.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "command_registry.hpp"
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/core/subprocess.hpp"
+#include "gpuopt/core/suggest.hpp"
 #include "gpuopt/report/judge.hpp"
 #include "gpuopt/report/report.hpp"
 #include "gpuopt/version.hpp"
@@ -292,7 +294,28 @@ GPUOPT_REGISTER_COMMAND("", 100, [](CLI::App& parent, int& exit_code) {
       ->capture_default_str();
   command->add_option("--from", options->from,
                       "Judge and render a recorded report.json again instead of running stages");
-  command->add_option("--skip", options->skip, "Stage keys to skip (e.g. bench.gemm)");
+  command->add_option("--skip", options->skip, "Stage keys to skip (e.g. bench.gemm)")
+      ->check(CLI::Validator(
+          [](std::string& key) -> std::string {
+            std::vector<std::string> keys;
+            for (const StagePlan& step : audit_plan(false)) keys.push_back(step.key);
+            if (std::find(keys.begin(), keys.end(), key) != keys.end()) return {};
+            // "pcie" is as good a spelling of "bench.pcie" as "bench.pcei": match the last part.
+            std::vector<std::string> short_keys;
+            for (const auto& k : keys) short_keys.push_back(k.substr(k.rfind('.') + 1));
+            std::string short_key = key.substr(key.rfind('.') + 1);
+            auto near = closest_match(key, keys);
+            if (!near) {
+              if (auto part = closest_match(short_key, short_keys)) {
+                near = keys[std::find(short_keys.begin(), short_keys.end(), *part) -
+                            short_keys.begin()];
+              }
+            }
+            return fmt::format("'{}' is not a stage{}; the stages are {}", key,
+                               near ? fmt::format(" (did you mean '{}'?)", *near) : "",
+                               fmt::join(keys, ", "));
+          },
+          "STAGE"));
   command
       ->add_option("--stage-timeout", options->stage_timeout_s, "Seconds before a stage is stopped")
       ->capture_default_str()

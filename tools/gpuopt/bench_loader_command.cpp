@@ -12,6 +12,7 @@
 #include "command_registry.hpp"
 #include "gpuopt/bench/loader.hpp"
 #include "gpuopt/data/dataset.hpp"
+#include "numeric_checks.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -94,7 +95,7 @@ GPUOPT_REGISTER_COMMAND("bench", 50, [](CLI::App& parent, int& exit_code) {
   command->add_flag("--quick", args->bench.quick, "Fewer batches per run");
   command->add_flag("--json", args->json, "JSON on stdout instead of text");
   command->add_option("--consumer-us", args->loader.consumer_us, "Consumer time per batch (us)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_number_in(0.001, 1e9));
   command->add_option("--batches", args->loader.batches,
                       "Batches per run (default 800, quick 300)");
   command->add_option("--batch-size", args->loader.batch_size, "Samples per batch")
@@ -103,10 +104,12 @@ GPUOPT_REGISTER_COMMAND("bench", 50, [](CLI::App& parent, int& exit_code) {
                       "Bytes per sample (default 16 KiB CPU, 64 KiB GPU)");
   command->add_option("--workers", args->loader.workers, "Loader worker threads")
       ->check(CLI::Range(1, 1024));
-  command->add_option("--sample-us", args->loader.sample_us, "Producer cost per sample (us)");
+  command->add_option("--sample-us", args->loader.sample_us, "Producer cost per sample (us)")
+      ->check(finite_number_in(0.0, 1e9));
   command->add_option("--stall-every", args->loader.stall_every,
                       "Bursty: one sample in this many stalls");
-  command->add_option("--stall-us", args->loader.stall_us, "Bursty: stall length (us)");
+  command->add_option("--stall-us", args->loader.stall_us, "Bursty: stall length (us)")
+      ->check(finite_number_in(0.0, 1e9));
   command->add_option("--producer-cost", args->producer_cost,
                       "sleep (models I/O, default) or busy (burns CPU)");
   command->add_option("--device", args->bench.device, "CUDA device ordinal");

@@ -5,6 +5,7 @@
 
 #include "command_registry.hpp"
 #include "gpuopt/doctor/doctor.hpp"
+#include "numeric_checks.hpp"
 
 namespace {
 
@@ -75,9 +76,9 @@ GPUOPT_REGISTER_COMMAND("", 10, [](CLI::App& parent, int& exit_code) {
                     "Judge the link under a short GPU load (launches a 0.5 s spin kernel)");
   command->add_flag("--no-vulkan", arguments->no_vulkan, "Skip the Vulkan probe");
   command->add_option("--watch", arguments->watch_s, "Sample every SECONDS")
-      ->check(CLI::PositiveNumber);
+      ->check(gpuopt::cli::finite_number_in(0.01, 86400.0));
   command->add_option("--duration", arguments->duration_s, "Watch for SECONDS (default 10 samples)")
-      ->check(CLI::PositiveNumber);
+      ->check(gpuopt::cli::finite_number_in(0.01, 1e7));
   command->callback([arguments, &exit_code] { exit_code = run_doctor(*arguments); });
 });
 

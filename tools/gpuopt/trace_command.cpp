@@ -16,6 +16,7 @@
 #include "gpuopt/trace/summary.hpp"
 #include "gpuopt/trace/traced_run.hpp"
 #include "gpuopt/trace/tracer.hpp"
+#include "numeric_checks.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -145,7 +146,7 @@ GPUOPT_REGISTER_COMMAND("", 40, [](CLI::App& parent, int& exit_code) {
                       "Also write the raw activity records (gpuopt's record file)");
   command->add_option("--nvml-period", args->nvml_period_s, "NVML GPU-Util sampling period, s")
       ->capture_default_str()
-      ->check(CLI::Range(0.01, 10.0));
+      ->check(finite_number_in(0.01, 10.0));
   command->add_flag("--driver-api", args->driver_api, "Also trace CUDA driver API calls");
   command->add_option("--inject-library", args->inject_library,
                       "libgpuopt_trace_inject.so to load (default: $GPUOPT_TRACE_INJECT, else "
