@@ -185,9 +185,12 @@ class PyStager {
                                          std::to_string(copy_threads)));
     }
     nb::gil_scoped_release release;
+    int caller_device = 0;
+    throw_if_error(GPUOPT_CUDA_STATUS(cudaGetDevice(&caller_device)));
     device_.emplace(value_or_throw(runtime::Device::open(device)));
-    throw_if_error(device_->make_current());
     stream_ = value_or_throw(runtime::Stream::create(*device_));
+    // Stream::create made `device` current: give the caller's thread its own device back.
+    throw_if_error(GPUOPT_CUDA_STATUS(cudaSetDevice(caller_device)));
     runtime::PinnedPoolOptions options;
     options.max_bytes = pinned_budget_bytes;
     chunk_bytes_ = (chunk_bytes + runtime::PinnedPool::kAlignment - 1) /
@@ -196,7 +199,6 @@ class PyStager {
     options.memory = runtime::HostMemory::kPinned;
     pool_ = value_or_throw(runtime::PinnedPool::create(options));
     copier_ = std::make_unique<ParallelCopier>(copy_threads);
-    ordinal_ = device;
 #else
     (void)device;
     (void)pinned_budget_bytes;
@@ -380,7 +382,6 @@ class PyStager {
 #if GPUOPT_CUDA
   std::optional<runtime::Device> device_;
 #endif
-  int ordinal_ = 0;
   runtime::Stream stream_;
   std::unique_ptr<runtime::PinnedPool> pool_;
   std::unique_ptr<ParallelCopier> copier_;
