@@ -298,7 +298,7 @@ def test_interpreter_exit_with_running_passes_does_not_hang():
     assert time.monotonic() - started < 30
 
 
-# ---- native sources on the CPU path ---------------------------------------------------------------
+# ---- native sources on the CPU path --------------------------------------------------------------
 def write_records(path, count: int, record_bytes: int) -> np.ndarray:
     rng = np.random.default_rng(count)
     data = rng.integers(0, 256, size=(count, record_bytes), dtype=np.uint8)
@@ -401,5 +401,6 @@ def test_public_names_have_docstrings():
         value = getattr(gdata, name)
         assert value.__doc__, name
         for attribute, member in vars(value).items() if isinstance(value, type) else ():
-            if not attribute.startswith("_") and (callable(member) or isinstance(member, property)):
+            public = not attribute.startswith("_")
+            if public and (callable(member) or isinstance(member, property)):
                 assert member.__doc__, f"{name}.{attribute}"

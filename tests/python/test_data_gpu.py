@@ -1,7 +1,8 @@
-"""gpuopt.data on a GPU (skipped without one): prefetched batches equal the source's, with structure,
-dtype and shape kept; they are ready on the consumer's stream, also a side stream, without a host
-sync; a long run with a slow consumer never sees a buffer rewritten under it; the native sources
-yield CUDA tensors equal to the file's bytes and survive being held past the next batch."""
+"""gpuopt.data on a GPU (skipped without one): prefetched batches equal the source's, with
+structure, dtype and shape kept; they are ready on the consumer's stream, also a side stream,
+without a host sync; a long run with a slow consumer never sees a buffer rewritten under it; the
+native sources yield CUDA tensors equal to the file's bytes and survive being held past the next
+batch."""
 
 from __future__ import annotations
 
