@@ -5,6 +5,7 @@ Modules:
     gpuopt.quant    GPTQ/AWQ checkpoints as ``W4A16Linear`` torch modules (needs torch and a GPU).
     gpuopt.runtime  priority stream pool and green-context SM partitions as torch streams.
     gpuopt.bench    run a ``gpuopt bench`` suite and get its JSON as a dict.
+    gpuopt.data     prefetch batches to the GPU; record-file and JPEG-folder sources.
     gpuopt.errors   the exception classes (also exported here).
 
 ``gpuopt.doctor()`` returns what ``gpuopt doctor --json`` prints. The package imports on machines
@@ -71,7 +72,7 @@ built_with_cuda: bool = bool(_native_module is not None and _native_module.built
 
 def __getattr__(name: str):
     """Imports the submodules lazily, so ``import gpuopt`` never imports torch."""
-    if name in ("vector", "runtime", "quant", "bench"):
+    if name in ("vector", "runtime", "quant", "bench", "data"):
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")

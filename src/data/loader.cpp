@@ -646,7 +646,9 @@ void Loader::stop() {
   state_->ready_cv.notify_all();
 }
 
-StatusOr<std::optional<Batch>> Loader::next() {
+StatusOr<std::optional<Batch>> Loader::next() { return next_for(-1); }
+
+StatusOr<std::optional<Batch>> Loader::next_for(double timeout_s) {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.started) {
@@ -656,16 +658,26 @@ StatusOr<std::optional<Batch>> Loader::next() {
   }
   while (true) {
     auto began = Clock::now();
-    s.ready_cv.wait(lock, [&] {
+    auto ready = [&] {
       if (s.stopping || !s.failure.ok() || s.next_consume >= s.total_batches) return true;
       if (s.starved()) return true;
       auto it = s.in_flight.find(s.next_consume);
       return it != s.in_flight.end() && s.slots[it->second]->collated;
-    });
+    };
+    bool arrived = true;
+    if (timeout_s < 0) {
+      s.ready_cv.wait(lock, ready);
+    } else {
+      arrived = s.ready_cv.wait_for(lock, std::chrono::duration<double>(timeout_s), ready);
+    }
     auto now = Clock::now();
     double waited = seconds_between(began, now);
     s.wait_s += waited;
     s.window_wait_s += waited;
+    if (!arrived) {
+      return Status(StatusCode::kDeadlineExceeded,
+                    fmt::format("loader: no batch within {} s", timeout_s));
+    }
     if (!s.failure.ok()) return s.failure;
     if (s.stopping) return Status(StatusCode::kCancelled, "loader stopped");
     if (s.next_consume < s.total_batches && s.starved()) {

@@ -140,6 +140,10 @@ class Loader {
   // The next batch in sampler order; nullopt after the last epoch. Under ErrorPolicy::kStop the
   // first bad sample's DATA_LOSS; an exception in a worker is INTERNAL (never a hang).
   StatusOr<std::optional<Batch>> next();
+  // As next(), but waits at most `timeout_s` for the next batch: DEADLINE_EXCEEDED when none came
+  // in time (the loader is unchanged; call again). Lets a caller poll for interrupts (Ctrl-C in
+  // Python) while it waits; the time waited counts as consumer wait like next()'s.
+  StatusOr<std::optional<Batch>> next_for(double timeout_s);
   // Gives the batch's buffers back. GPU mode: pass the stream that used the batch; its device
   // buffer is rewritten only after that stream passes this point.
   Status release(Batch& batch, runtime::StreamHandle consumer_stream = nullptr);

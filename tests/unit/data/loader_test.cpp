@@ -208,6 +208,33 @@ TEST(Loader, StopWakesAWaitingConsumer) {
   EXPECT_EQ(batch.status().code(), StatusCode::kCancelled);
 }
 
+TEST(Loader, NextForTimesOutThenDeliversTheSameBatch) {
+  SyntheticOptions source = quick_source(8);
+  source.median_us = 150000;  // the first batch takes 150 ms
+  source.mode = CostMode::kSleep;
+  LoaderOptions options;
+  options.batch_size = 4;
+  options.workers = 4;
+  auto loader = Loader::create(synthetic(source), options);
+  ASSERT_TRUE(loader.ok());
+  auto early = (*loader)->next_for(0.01);
+  EXPECT_EQ(early.status().code(), StatusCode::kDeadlineExceeded);
+  std::vector<std::size_t> seen;
+  while (true) {
+    auto batch = (*loader)->next_for(0.05);
+    if (!batch.ok()) {
+      ASSERT_EQ(batch.status().code(), StatusCode::kDeadlineExceeded) << batch.status().message();
+      continue;
+    }
+    if (!batch->has_value()) break;
+    for (std::size_t i = 0; i < (*batch)->size(); ++i) expect_sample(**batch, i, 64);
+    seen.insert(seen.end(), (*batch)->indices().begin(), (*batch)->indices().end());
+    ASSERT_TRUE((*loader)->release(**batch).ok());
+  }
+  EXPECT_EQ(seen, (std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_GT((*loader)->stats().consumer_wait_s, 0.1);  // timed-out waits count as waiting
+}
+
 TEST(Loader, MemoryNeverExceedsThePinnedBudget) {
   // A bursty producer and a slow consumer push the controller to grow; the budget holds 6
   // batches (5.4 after 10% headroom, minus 1 held → depth bound 4).
