@@ -9,6 +9,18 @@ namespace gpuopt::pipeline {
 
 LlmConfig llama_1b_shaped() { return LlmConfig{}; }
 
+LlmConfig llama_8b_shaped() {
+  LlmConfig config;
+  config.name = "llama-3.1-8b-shaped";
+  config.hidden = 4096;
+  config.layers = 32;
+  config.heads = 32;
+  config.kv_heads = 8;
+  config.head_dim = 128;
+  config.ffn = 14336;
+  return config;
+}
+
 LlmConfig tiny_llm() {
   LlmConfig config;
   config.name = "tiny-llm";
@@ -50,6 +62,9 @@ Status check_llm_config(const LlmConfig& c) {
     if (m.n % 64 != 0) {
       return bad(std::string(m.name) + ": N=" + std::to_string(m.n) + " is not a multiple of 64");
     }
+  }
+  if (c.ffn % 64 != 0) {  // gate and up strips are paired in the decode GEMM
+    return bad("ffn=" + std::to_string(c.ffn) + " is not a multiple of 64");
   }
   if (!(c.rms_eps > 0.0f)) return bad("rms_eps must be positive");
   if (!(c.rope_theta > 1.0)) return bad("rope_theta must be > 1");
@@ -94,6 +109,13 @@ double llm_decode_step_flops(const LlmConfig& c, int batch, int context) {
 
 int llm_scale_exponent(int k) {
   return static_cast<int>(std::lround(std::log2(1.0 / (47.5 * std::sqrt(17.5 * k)))));
+}
+
+std::string LlmDecoderInfo::describe() const {
+  return std::string("graphs ") + (cuda_graphs ? "on" : "off") + ", programmatic launch " +
+         (programmatic_launch ? "on" : "off") + ", KV block " + std::to_string(kv_block_tokens) +
+         " tokens, GEMMs planned for " + std::to_string(sm_count) + " SMs, workspace " +
+         std::to_string(static_cast<long long>(workspace_bytes)) + " bytes";
 }
 
 float llm_projection_scale(int hidden) { return static_cast<float>(std::sqrt(3.0 / hidden)); }

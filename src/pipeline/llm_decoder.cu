@@ -1,5 +1,6 @@
-// LLM stage on the GPU: a Llama-shaped decoder whose every matrix is a W4A16 GEMM on seeded random
-// int4 weights generated on the device, with a KV cache, greedy decoding and a pooled embedding.
+// LLM stage on the GPU: a Llama-shaped decoder whose every matrix is an int4 (W4A16 tile layout)
+// decode GEMM on seeded random weights generated on the device, with a paged KV cache, greedy
+// decoding and a pooled embedding; each step one CUDA graph per batch size. docs/llm.md.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -9,9 +10,10 @@
 #include <vector>
 
 #include "gpuopt/core/cuda_check.hpp"
-#include "gpuopt/kernels/w4a16.hpp"
 #include "gpuopt/pipeline/llm.hpp"
 #include "gpuopt/runtime/device_buffer.hpp"
+#include "pipeline/llm_gemv.hpp"
+#include "pipeline/llm_pdl.cuh"
 #include "pipeline/llm_weights.hpp"
 
 namespace gpuopt::pipeline {
@@ -52,14 +54,38 @@ __global__ void k_llm_fill_projection(float* projection, std::size_t count, std:
   }
 }
 
-// ---- per-step kernels; every reduction has a fixed order so rows are reproducible ----
+// ---- per-step kernels. Every reduction has a fixed order that depends on neither the batch nor
+// the other rows, so each request's bits are the same whether it runs alone or in a batch. Every
+// kernel waits for the previous one (pdl_wait) before touching the step's buffers. ----
 
-// Fixed-shape block sum: per-thread partials, then a shared-memory tree. Same order every run.
-__device__ float block_sum(float value, float* scratch) {
+using llm_detail::pdl_trigger;
+using llm_detail::pdl_wait;
+
+// Step state in device memory, so that one captured graph serves every position.
+struct StepState {
+  int position;  // the position this step feeds (and whose K, V it writes)
+  int pad[3];
+};
+
+__device__ __forceinline__ float warp_sum_fixed(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Fixed-shape block reduction (blockDim.x a power of two): a shared-memory tree, same order every
+// run. `op` 0: sum, 1: max.
+__device__ float block_reduce(float value, float* scratch, int op) {
   scratch[threadIdx.x] = value;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) scratch[threadIdx.x] += scratch[threadIdx.x + stride];
+    if (threadIdx.x < stride) {
+      const float other = scratch[threadIdx.x + stride];
+      scratch[threadIdx.x] =
+          op == 0 ? __fadd_rn(scratch[threadIdx.x], other) : fmaxf(scratch[threadIdx.x], other);
+    }
     __syncthreads();
   }
   const float total = scratch[0];
@@ -67,143 +93,165 @@ __device__ float block_sum(float value, float* scratch) {
   return total;
 }
 
-// residual[b] = token_table[token of request b]; token = source[b * stride + column], clamped to
-// the vocabulary (an out-of-range id cannot be reported without a host sync; docs/llm.md).
-__global__ void k_llm_embed(const std::int32_t* source, int stride, int column, const __half* table,
-                            int vocab, int hidden, float* residual) {
+// The inverse RMS of row `row` from its sums of squares per 64 columns; the decode GEMM's normed
+// input computes it with the same operations (llm_gemv.cu).
+__device__ __forceinline__ float inverse_rms(const float* ssq, int ssq_stride, int row, int n,
+                                             float eps) {
+  float sum = 0.0f;
+  for (int p = 0; p < n / llm_detail::kSsqColumns; ++p) {
+    sum = __fadd_rn(sum, ssq[static_cast<std::size_t>(p) * ssq_stride + row]);
+  }
+  return rsqrtf(__fadd_rn(__fdiv_rn(sum, static_cast<float>(n)), eps));
+}
+
+__global__ void k_llm_set_position(StepState* state, int position) {
+  pdl_wait();
+  state->position = position;
+}
+
+// residual[b] = token_table[tokens[b][position]] (clamped to the vocabulary: an out-of-range id
+// cannot be reported without a host sync; docs/llm.md), and its sums of squares per 64 columns.
+__global__ void k_llm_embed(const std::int32_t* tokens, int max_context, const StepState* state,
+                            const __half* table, int vocab, int hidden, float* residual, float* ssq,
+                            int ssq_stride) {
+  pdl_trigger();
+  pdl_wait();
   const int b = blockIdx.x;
-  int token = source[static_cast<std::size_t>(b) * stride + column];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  int token = tokens[static_cast<std::size_t>(b) * max_context + state->position];
   token = min(max(token, 0), vocab - 1);
   const __half* row = table + static_cast<std::size_t>(token) * hidden;
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-    residual[static_cast<std::size_t>(b) * hidden + i] = __half2float(row[i]);
+  float* out = residual + static_cast<std::size_t>(b) * hidden;
+  for (int s = warp; s < hidden / 64; s += warps) {
+    const float r0 = __half2float(row[64 * s + lane]);
+    const float r1 = __half2float(row[64 * s + lane + 32]);
+    out[64 * s + lane] = r0;
+    out[64 * s + lane + 32] = r1;
+    const float total = warp_sum_fixed(__fadd_rn(__fmul_rn(r0, r0), __fmul_rn(r1, r1)));
+    if (lane == 0) ssq[static_cast<std::size_t>(s) * ssq_stride + b] = total;
   }
 }
 
-// residual[b] += add[b] (when add), then out[b] = fp16(residual / rms); pooled[b] += the fp32
-// normalised row (when pooled: the final norm, for the embedding).
-__global__ void k_llm_add_rms_norm(float* residual, const __half* add, __half* out, float* pooled,
-                                   int hidden, float eps) {
-  __shared__ float scratch[kRowThreads];
-  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * hidden;
-  float sum = 0.0f;
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-    float x = residual[base + i];
-    if (add != nullptr) {
-      x += __half2float(add[base + i]);
-      residual[base + i] = x;
-    }
-    sum += x * x;
-  }
-  const float inv = rsqrtf(block_sum(sum, scratch) / hidden + eps);
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-    const float y = residual[base + i] * inv;
-    out[base + i] = __float2half_rn(y);
-    if (pooled != nullptr) pooled[base + i] += y;
-  }
+// Physical offset (in elements) of token t of request b, KV head kvh, in one layer's paged cache
+// [blocks][kv_heads][block_tokens][head_dim]; block_table [max_batch][blocks_per_request].
+__device__ __forceinline__ std::size_t cache_offset(const std::int32_t* block_table,
+                                                    int blocks_per_request, int block_tokens,
+                                                    int kv_heads, int head_dim, int b, int kvh,
+                                                    int t) {
+  const int block = block_table[b * blocks_per_request + t / block_tokens];
+  return ((static_cast<std::size_t>(block) * kv_heads + kvh) * block_tokens + t % block_tokens) *
+         head_dim;
 }
 
-// qkv[b] = [q heads | k heads | v heads] x head_dim (fp16). Rotates q and k at `position` with the
-// rotate-half pairing, writes q (fp32) and k, v into this layer's cache slot of request b.
-__global__ void k_llm_rope_cache(const __half* qkv, const float* cos_table, const float* sin_table,
-                                 int position, int heads, int kv_heads, int head_dim,
-                                 int max_context, float* q_out, __half* k_cache, __half* v_cache) {
-  const int b = blockIdx.x;
+// One block per (query head, request): RoPE (rotate-half pairs) on this head's q and its KV
+// head's new k at `position`, the new k (fp16) and v written into the paged cache by the group's
+// first head, then fp32 softmax(q·k / sqrt(head_dim)) · v over positions [0, position]. The new
+// position's k and v are taken from registers (the same fp16 values the cache gets). Dot products
+// are split over a warp's lanes, the max and the sum over the block, each in a fixed order, and
+// the output sums positions in order, so the result does not depend on the block size.
+__global__ void k_llm_attention(const __half* qkv, const float* cos_table, const float* sin_table,
+                                const StepState* state, __half* k_cache, __half* v_cache,
+                                const std::int32_t* block_table, int blocks_per_request,
+                                int block_tokens, int heads, int kv_heads, int head_dim,
+                                __half* out) {
+  pdl_trigger();
+  pdl_wait();
+  extern __shared__ float shared[];  // q, k, v [head_dim] each, scratch [blockDim], scores
+  float* q = shared;
+  float* k_new = q + head_dim;
+  float* v_new = k_new + head_dim;
+  float* scratch = v_new + head_dim;
+  float* scores = scratch + blockDim.x;
+  const int head = blockIdx.x, b = blockIdx.y;
+  const int group = heads / kv_heads;
+  const int kvh = head / group;
+  const int position = state->position;
   const int half = head_dim / 2;
-  const int width = (heads + 2 * kv_heads) * head_dim;
-  const __half* row = qkv + static_cast<std::size_t>(b) * width;
+  const __half* row = qkv + static_cast<std::size_t>(b) * (heads + 2 * kv_heads) * head_dim;
   const float* cs = cos_table + static_cast<std::size_t>(position) * half;
   const float* sn = sin_table + static_cast<std::size_t>(position) * half;
-  // Rotated pairs: (heads + kv_heads) heads x half pairs.
-  for (int p = threadIdx.x; p < (heads + kv_heads) * half; p += blockDim.x) {
-    const int head = p / half, i = p % half;
-    const float a = __half2float(row[head * head_dim + i]);
-    const float c = __half2float(row[head * head_dim + i + half]);
-    const float lo = a * cs[i] - c * sn[i];
-    const float hi = c * cs[i] + a * sn[i];
-    if (head < heads) {
-      float* q = q_out + (static_cast<std::size_t>(b) * heads + head) * head_dim;
-      q[i] = lo;
-      q[i + half] = hi;
-    } else {
-      const int kvh = head - heads;
-      __half* k =
-          k_cache +
-          ((static_cast<std::size_t>(b) * kv_heads + kvh) * max_context + position) * head_dim;
-      k[i] = __float2half_rn(lo);
-      k[i + half] = __float2half_rn(hi);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float qa = __half2float(row[head * head_dim + i]);
+    const float qb = __half2float(row[head * head_dim + i + half]);
+    q[i] = qa * cs[i] - qb * sn[i];
+    q[i + half] = qb * cs[i] + qa * sn[i];
+    const float ka = __half2float(row[(heads + kvh) * head_dim + i]);
+    const float kb = __half2float(row[(heads + kvh) * head_dim + i + half]);
+    k_new[i] = __half2float(__float2half_rn(ka * cs[i] - kb * sn[i]));
+    k_new[i + half] = __half2float(__float2half_rn(kb * cs[i] + ka * sn[i]));
+  }
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    v_new[i] = __half2float(row[(heads + kv_heads + kvh) * head_dim + i]);
+  }
+  __syncthreads();
+  if (head % group == 0) {
+    const std::size_t at = cache_offset(block_table, blocks_per_request, block_tokens, kv_heads,
+                                        head_dim, b, kvh, position);
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+      k_cache[at + i] = __float2half_rn(k_new[i]);
+      v_cache[at + i] = __float2half_rn(v_new[i]);
     }
   }
-  for (int e = threadIdx.x; e < kv_heads * head_dim; e += blockDim.x) {
-    const int kvh = e / head_dim, i = e % head_dim;
-    v_cache[((static_cast<std::size_t>(b) * kv_heads + kvh) * max_context + position) * head_dim +
-            i] = row[(heads + kv_heads) * head_dim + e];
-  }
-}
-
-// Grouped-query attention of one (head, request) over cache positions [0, positions), fp32
-// softmax. Scores live in shared memory [max_context]; the max and the sum are taken serially by
-// one thread (contexts here are tens of positions) so the order never changes.
-__global__ void k_llm_attention(const float* q_all, const __half* k_cache, const __half* v_cache,
-                                int positions, int heads, int kv_heads, int head_dim,
-                                int max_context, __half* out) {
-  extern __shared__ float shared[];  // [head_dim] q, then [positions] scores, then [2]
-  float* q = shared;
-  float* scores = shared + head_dim;
-  float* stats = scores + positions;
-  const int head = blockIdx.x, b = blockIdx.y;
-  const int kvh = head / (heads / kv_heads);
-  const std::size_t slot = (static_cast<std::size_t>(b) * kv_heads + kvh) * max_context;
-  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-    q[i] = q_all[(static_cast<std::size_t>(b) * heads + head) * head_dim + i];
-  }
-  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const float scale = rsqrtf(static_cast<float>(head_dim));
-  for (int t = threadIdx.x; t < positions; t += blockDim.x) {
-    const __half* k = k_cache + (slot + t) * head_dim;
+  for (int t = warp; t <= position; t += warps) {
     float dot = 0.0f;
-    for (int i = 0; i < head_dim; ++i) dot += q[i] * __half2float(k[i]);
-    scores[t] = dot * scale;
+    if (t == position) {
+      for (int i = lane; i < head_dim; i += 32) dot = __fmaf_rn(q[i], k_new[i], dot);
+    } else {
+      const __half* k = k_cache + cache_offset(block_table, blocks_per_request, block_tokens,
+                                               kv_heads, head_dim, b, kvh, t);
+      for (int i = lane; i < head_dim; i += 32) dot = __fmaf_rn(q[i], __half2float(k[i]), dot);
+    }
+    dot = warp_sum_fixed(dot);
+    if (lane == 0) scores[t] = __fmul_rn(dot, scale);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = -INFINITY;
-    for (int t = 0; t < positions; ++t) m = fmaxf(m, scores[t]);
-    stats[0] = m;
+  float local_max = -INFINITY;
+  for (int t = threadIdx.x; t <= position; t += blockDim.x) local_max = fmaxf(local_max, scores[t]);
+  const float max_score = block_reduce(local_max, scratch, 1);
+  float local_sum = 0.0f;
+  for (int t = threadIdx.x; t <= position; t += blockDim.x) {
+    const float e = expf(scores[t] - max_score);
+    scores[t] = e;
+    local_sum = __fadd_rn(local_sum, e);
   }
-  __syncthreads();
-  for (int t = threadIdx.x; t < positions; t += blockDim.x) scores[t] = expf(scores[t] - stats[0]);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int t = 0; t < positions; ++t) total += scores[t];
-    stats[1] = total;
-  }
-  __syncthreads();
-  const float inv_total = 1.0f / stats[1];
+  const float inv_total = 1.0f / block_reduce(local_sum, scratch, 0);  // its barriers order scores
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
     float acc = 0.0f;
-    for (int t = 0; t < positions; ++t)
-      acc += scores[t] * __half2float(v_cache[(slot + t) * head_dim + i]);
+    for (int t = 0; t < position; ++t) {
+      const __half* v = v_cache + cache_offset(block_table, blocks_per_request, block_tokens,
+                                               kv_heads, head_dim, b, kvh, t);
+      acc = __fmaf_rn(scores[t], __half2float(v[i]), acc);
+    }
+    acc = __fmaf_rn(scores[position], v_new[i], acc);
     out[(static_cast<std::size_t>(b) * heads + head) * head_dim + i] =
         __float2half_rn(acc * inv_total);
   }
 }
 
-// act[b][i] = silu(gate) * up, gate_up[b] = [gate (ffn) | up (ffn)].
-__global__ void k_llm_silu_mul(const __half* gate_up, int ffn, __half* act) {
-  const int b = blockIdx.y;
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= ffn) return;
-  const float g = __half2float(gate_up[static_cast<std::size_t>(b) * 2 * ffn + i]);
-  const float u = __half2float(gate_up[static_cast<std::size_t>(b) * 2 * ffn + ffn + i]);
-  act[static_cast<std::size_t>(b) * ffn + i] = __float2half_rn(g / (1.0f + expf(-g)) * u);
+// The final RMSNorm's fp32 output added to pooled[b] (the embedding is its mean); block 0 then
+// moves the step state to the next position (nothing after this kernel reads K/V positions).
+__global__ void k_llm_pool(const float* residual, const float* ssq, int ssq_stride, int hidden,
+                           float eps, float* pooled, StepState* state) {
+  pdl_trigger();
+  pdl_wait();
+  const int b = blockIdx.x;
+  const float inv = inverse_rms(ssq, ssq_stride, b, hidden, eps);
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    const std::size_t at = static_cast<std::size_t>(b) * hidden + i;
+    pooled[at] = __fadd_rn(pooled[at], __fmul_rn(residual[at], inv));
+  }
+  if (b == 0 && threadIdx.x == 0) state->position += 1;
 }
 
-// Greedy choice: the largest logit, the lowest index on ties. out[b * stride + column]; logits
-// copied to debug[b * debug_stride ...] as fp32 when debug is not null.
-__global__ void k_llm_argmax(const __half* logits, int vocab, std::int32_t* out, int stride,
-                             int column, float* debug, std::size_t debug_stride) {
+// Greedy choice: the largest logit, the lowest index on ties, written as the token of the next
+// position (tokens[b][state.position], the position already advanced by k_llm_pool) when that is
+// inside the context. Logits copied to debug[b * debug_stride ...] as fp32 when debug is not null.
+__global__ void k_llm_argmax(const __half* logits, int vocab, std::int32_t* tokens, int max_context,
+                             const StepState* state, float* debug, std::size_t debug_stride) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float best_value[kRowThreads];
   __shared__ int best_index[kRowThreads];
   const int b = blockIdx.x;
@@ -233,8 +281,10 @@ __global__ void k_llm_argmax(const __half* logits, int vocab, std::int32_t* out,
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0)
-    out[static_cast<std::size_t>(b) * stride + column] = min(best_index[0], vocab - 1);
+  const int column = state->position;
+  if (threadIdx.x == 0 && column < max_context) {
+    tokens[static_cast<std::size_t>(b) * max_context + column] = min(best_index[0], vocab - 1);
+  }
 }
 
 // embedding[b] = normalise((pooled[b] / steps) @ projection), projection [hidden][embed_dim].
@@ -254,7 +304,7 @@ __global__ void k_llm_embedding(const float* pooled, int steps, const float* pro
     values[k] = e;
     sum += e * e;
   }
-  const float norm = sqrtf(block_sum(sum, scratch));
+  const float norm = sqrtf(block_reduce(sum, scratch, 0));
   const float inv = 1.0f / fmaxf(norm, 1e-15f);
   for (int k = threadIdx.x; k < embed_dim; k += blockDim.x) {
     embedding[static_cast<std::size_t>(b) * embed_dim + k] = values[k] * inv;
@@ -265,56 +315,58 @@ int fill_blocks(std::size_t count) {
   return static_cast<int>(std::min<std::size_t>(8192, (count + 255) / 256));
 }
 
-// W4A16 options whose results are bitwise reproducible. With `W4A16Options::deterministic` (a
-// fixed k-split per tile chosen without M, partials added in split order) that is all. Without it
-// (an older kernels module), one stream-K block per output tile: every block then covers a whole
-// tile and stores it directly, so no float atomics run; the tile count comes from a throwaway
-// plan. The template only makes the `requires` test legal.
-template <typename Options>
-StatusOr<Options> reproducible_options_for(const kernels::W4A16Gemm::Arguments& args,
-                                           cudaStream_t stream) {
-  Options options;
-  if constexpr (requires(Options o) { o.deterministic = true; }) {
-    options.deterministic = true;
-  } else {
-    kernels::W4A16Gemm probe(options);
-    GPUOPT_ASSIGN_OR_RETURN(std::size_t bytes, probe.workspace_size(args));
-    GPUOPT_ASSIGN_OR_RETURN(runtime::DeviceBuffer workspace,
-                            runtime::DeviceBuffer::allocate(std::max<std::size_t>(bytes, 16)));
-    const Status planned = probe.initialize(args, workspace.data(), stream);
-    GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));  // initialize's memset before the free
-    workspace.reset();
-    GPUOPT_RETURN_IF_ERROR(planned);
-    options.force_blocks = probe.config().tiles;
-  }
-  return options;
-}
-StatusOr<kernels::W4A16Options> reproducible_options(const kernels::W4A16Gemm::Arguments& args,
-                                                     cudaStream_t stream) {
-  return reproducible_options_for<kernels::W4A16Options>(args, stream);
-}
-
 struct Matrix {
-  kernels::W4A16DeviceWeights weights;  // non-owning view of buffers in CudaLlmDecoder
-  std::unique_ptr<kernels::W4A16Gemm> gemm;
+  const std::uint32_t* tiles = nullptr;
+  const std::uint16_t* scales = nullptr;
+  int k = 0, n = 0;
+  llm_detail::GemvPlan plan;
+  int* counters = nullptr;  // plan.items, zero between runs
 };
+
+constexpr int kAttentionThreads = 128;
 
 class CudaLlmDecoder final : public LlmDecoder {
  public:
-  explicit CudaLlmDecoder(const LlmConfig& config) : config_(config) {}
+  CudaLlmDecoder(const LlmConfig& config, const LlmDecoderOptions& options)
+      : config_(config), options_(options) {}
   ~CudaLlmDecoder() override {
-    matrices_.clear();  // the GEMMs first: they hold views of the buffers below
+    for (auto& per_kind : graphs_) {
+      for (cudaGraphExec_t& exec : per_kind) {
+        if (exec != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaGraphExecDestroy(exec));
+      }
+    }
+    if (capture_stream_ != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaStreamDestroy(capture_stream_));
     allocations_.clear();
   }
 
   const LlmConfig& config() const override { return config_; }
+  const LlmDecoderInfo& info() const override { return info_; }
 
   Status build() {
-    cudaStream_t stream = nullptr;
-    GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const LlmConfig& c = config_;
+    if (options_.kv_block_tokens < 0 || options_.kv_block_tokens > c.max_context) {
+      return invalid_argument(
+          "LlmDecoderOptions::kv_block_tokens=" + std::to_string(options_.kv_block_tokens) +
+          ": must be 0 or 1.." + std::to_string(c.max_context) + " (max_context)");
+    }
+    int device = 0, sms = 0, major = 0;
+    GPUOPT_CUDA_TRY(cudaGetDevice(&device));
+    GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    if (major < 8) {
+      return failed_precondition("the decode GEMM needs sm_80 or newer (mma.sync m16n8k16)");
+    }
+    if (options_.sm_count < 0) {
+      return invalid_argument("LlmDecoderOptions::sm_count must be >= 0");
+    }
+    info_.sm_count = options_.sm_count > 0 ? options_.sm_count : sms;
+    info_.programmatic_launch = options_.programmatic_launch && major >= 9;
+    info_.cuda_graphs = options_.cuda_graphs;
+    info_.kv_block_tokens = options_.kv_block_tokens > 0 ? options_.kv_block_tokens : c.max_context;
+    GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking));
+    cudaStream_t stream = capture_stream_;
     Status status = build_on(stream);
     const Status synced = GPUOPT_CUDA_STATUS(cudaStreamSynchronize(stream));
-    GPUOPT_CUDA_TRY_NO_THROW(cudaStreamDestroy(stream));
     GPUOPT_RETURN_IF_ERROR(status);
     GPUOPT_RETURN_IF_ERROR(synced);
     return ok_status();
@@ -346,72 +398,67 @@ class CudaLlmDecoder final : public LlmDecoder {
       return invalid_argument(where + "d_prompts, d_tokens and d_embeddings must not be null");
     }
     auto stream = static_cast<cudaStream_t>(stream_handle);
+    // The prompt into columns [0, prompt_len) of the token buffer; each step reads column
+    // `position` and writes its choice into column position + 1.
+    GPUOPT_CUDA_TRY(cudaMemcpy2DAsync(
+        tokens_, c.max_context * sizeof(std::int32_t), d_prompts, prompt_len * sizeof(std::int32_t),
+        prompt_len * sizeof(std::int32_t), batch, cudaMemcpyDeviceToDevice, stream));
     GPUOPT_CUDA_TRY(cudaMemsetAsync(
         pooled_, 0, static_cast<std::size_t>(batch) * c.hidden * sizeof(float), stream));
+    GPUOPT_CUDA_TRY(cudaMemsetAsync(state_, 0, sizeof(StepState), stream));
     const int steps = prompt_len + new_tokens - 1;
     for (int s = 0; s < steps; ++s) {
-      const bool from_prompt = s < prompt_len;
-      TokenIo io;
-      io.source = from_prompt ? d_prompts : d_tokens;
-      io.source_stride = from_prompt ? prompt_len : new_tokens;
-      io.source_column = from_prompt ? s : s - prompt_len;
-      const int j = s - (prompt_len - 1);  // generated token index, when >= 0
-      if (j >= 0) {
-        io.out = d_tokens;
-        io.out_stride = new_tokens;
-        io.out_column = j;
-        if (debug.d_logits != nullptr) {
-          io.debug = debug.d_logits + static_cast<std::size_t>(j) * c.vocab;
-          io.debug_stride = static_cast<std::size_t>(new_tokens) * c.vocab;
+      const bool choose = s >= prompt_len - 1;  // this step's logits pick a generated token
+      if (debug.d_logits != nullptr) {
+        // Debug logits: launched one by one (their pointer changes every step); the same
+        // kernels as the graphs, so the same bits.
+        float* logits = nullptr;
+        if (choose) {
+          logits = debug.d_logits + static_cast<std::size_t>(s - (prompt_len - 1)) * c.vocab;
         }
+        GPUOPT_RETURN_IF_ERROR(enqueue_step(
+            batch, choose, logits, static_cast<std::size_t>(new_tokens) * c.vocab, stream));
+      } else {
+        GPUOPT_RETURN_IF_ERROR(run_step(batch, choose, stream));
       }
-      GPUOPT_RETURN_IF_ERROR(step(batch, s, io, stream));
     }
     k_llm_embedding<<<batch, kRowThreads, c.embed_dim * sizeof(float), stream>>>(
         pooled_, steps, projection_, c.hidden, c.embed_dim, d_embeddings);
     GPUOPT_CUDA_TRY_LAUNCH();
+    GPUOPT_CUDA_TRY(cudaMemcpy2DAsync(d_tokens, new_tokens * sizeof(std::int32_t),
+                                      tokens_ + prompt_len, c.max_context * sizeof(std::int32_t),
+                                      new_tokens * sizeof(std::int32_t), batch,
+                                      cudaMemcpyDeviceToDevice, stream));
     return ok_status();
   }
 
-  Status decode_step(int batch, int position, runtime::StreamHandle stream) override {
+  Status decode_step(int batch, int position, runtime::StreamHandle stream_handle) override {
     const LlmConfig& c = config_;
     if (batch < 1 || batch > c.max_batch || position < 0 || position >= c.max_context) {
       return invalid_argument("LlmDecoder(" + c.name +
                               ")::decode_step: batch=" + std::to_string(batch) +
                               " or position=" + std::to_string(position) + " out of range");
     }
-    TokenIo io;
-    io.source = scratch_tokens_;
-    io.source_stride = 1;
-    io.source_column = 0;
-    io.out = scratch_tokens_ + c.max_batch;
-    io.out_stride = 1;
-    io.out_column = 0;
-    return step(batch, position, io, static_cast<cudaStream_t>(stream));
+    auto stream = static_cast<cudaStream_t>(stream_handle);
+    k_llm_set_position<<<1, 1, 0, stream>>>(state_, position);
+    GPUOPT_CUDA_TRY_LAUNCH();
+    return run_step(batch, true, stream);
   }
 
  private:
-  struct TokenIo {
-    const std::int32_t* source = nullptr;
-    int source_stride = 0, source_column = 0;
-    std::int32_t* out = nullptr;  // null: no lm_head this step (prompt positions)
-    int out_stride = 0, out_column = 0;
-    float* debug = nullptr;
-    std::size_t debug_stride = 0;
-  };
-
   template <typename T>
   Status allocate(T*& pointer, std::size_t count) {
     GPUOPT_ASSIGN_OR_RETURN(
         runtime::DeviceBuffer buffer,
         runtime::DeviceBuffer::allocate(std::max<std::size_t>(count * sizeof(T), 16)));
     pointer = buffer.data_as<T>();
+    info_.workspace_bytes += static_cast<double>(buffer.size_bytes());
     allocations_.push_back(std::move(buffer));
     return ok_status();
   }
 
-  Status add_matrix(std::uint32_t id, int k, int n, const void* x, void* y, cudaStream_t stream) {
-    auto m = std::make_unique<Matrix>();
+  Status add_matrix(std::uint32_t id, int k, int n, bool pair, cudaStream_t stream) {
+    Matrix m;
     const std::size_t words = static_cast<std::size_t>(k) * n / 8;
     const std::size_t scales = static_cast<std::size_t>(k / kLlmGroupSize) * n;
     std::uint32_t* tiles = nullptr;
@@ -423,28 +470,15 @@ class CudaLlmDecoder final : public LlmDecoder {
     k_llm_fill_scales<<<fill_blocks(scales), 256, 0, stream>>>(scale_bits, scales, config_.seed, id,
                                                                llm_scale_exponent(k));
     GPUOPT_CUDA_TRY_LAUNCH();
-    m->weights.k = k;
-    m->weights.n = n;
-    m->weights.group_size = kLlmGroupSize;
-    m->weights.type = kernels::ActivationType::kFloat16;
-    m->weights.has_zeros = false;
-    m->weights.tiles = tiles;
-    m->weights.scales = scale_bits;
-    kernels::W4A16Gemm::Arguments args;
-    args.m = config_.max_batch;
-    args.x = x;
-    args.y = y;
-    args.weights = &m->weights;
-    // GEMMs always run at M = max_batch (rows past `batch` hold stale finite values nobody reads):
-    // with one plan per matrix, a request's row sees exactly the same kernel whatever the batch.
-    // The plan must also be free of float atomics, so each run gives the same bits.
-    GPUOPT_ASSIGN_OR_RETURN(kernels::W4A16Options options, reproducible_options(args, stream));
-    m->gemm = std::make_unique<kernels::W4A16Gemm>(options);
-    GPUOPT_ASSIGN_OR_RETURN(std::size_t workspace_bytes, m->gemm->workspace_size(args));
-    unsigned char* workspace = nullptr;
-    GPUOPT_RETURN_IF_ERROR(allocate(workspace, workspace_bytes));
-    GPUOPT_RETURN_IF_ERROR(m->gemm->initialize(args, workspace, stream));
-    matrices_.push_back(std::move(m));
+    m.tiles = tiles;
+    m.scales = scale_bits;
+    m.k = k;
+    m.n = n;
+    m.plan = llm_detail::plan_gemv(k, n, pair, info_.sm_count);
+    GPUOPT_RETURN_IF_ERROR(allocate(m.counters, m.plan.items));
+    GPUOPT_CUDA_TRY(cudaMemsetAsync(m.counters, 0, m.plan.items * sizeof(int), stream));
+    partial_floats_ = std::max(partial_floats_, m.plan.partial_floats(llm_detail::kGemvMaxRows, n));
+    matrices_.push_back(m);
     return ok_status();
   }
 
@@ -453,33 +487,41 @@ class CudaLlmDecoder final : public LlmDecoder {
     const std::size_t rows = static_cast<std::size_t>(c.max_batch);
     const int qkv_n = (c.heads + 2 * c.kv_heads) * c.head_dim;
     GPUOPT_RETURN_IF_ERROR(allocate(residual_, rows * c.hidden));
+    GPUOPT_RETURN_IF_ERROR(allocate(ssq_, rows * (c.hidden / llm_detail::kSsqColumns)));
     GPUOPT_RETURN_IF_ERROR(allocate(pooled_, rows * c.hidden));
-    GPUOPT_RETURN_IF_ERROR(allocate(normed_, rows * c.hidden));
     GPUOPT_RETURN_IF_ERROR(allocate(qkv_, rows * qkv_n));
-    GPUOPT_RETURN_IF_ERROR(allocate(q_, rows * c.heads * c.head_dim));
     GPUOPT_RETURN_IF_ERROR(allocate(attention_, rows * c.heads * c.head_dim));
-    GPUOPT_RETURN_IF_ERROR(allocate(projected_, rows * c.hidden));
-    GPUOPT_RETURN_IF_ERROR(allocate(gate_up_, rows * 2 * c.ffn));
     GPUOPT_RETURN_IF_ERROR(allocate(act_, rows * c.ffn));
     GPUOPT_RETURN_IF_ERROR(allocate(logits_, rows * c.vocab));
-    GPUOPT_RETURN_IF_ERROR(allocate(scratch_tokens_, 2 * rows));
-    const std::size_t cache =
-        static_cast<std::size_t>(c.layers) * rows * c.kv_heads * c.max_context * c.head_dim;
+    GPUOPT_RETURN_IF_ERROR(allocate(tokens_, rows * c.max_context));
+    GPUOPT_RETURN_IF_ERROR(allocate(state_, 1));
+    GPUOPT_CUDA_TRY(cudaMemsetAsync(tokens_, 0, rows * c.max_context * sizeof(int), stream));
+    GPUOPT_CUDA_TRY(cudaMemsetAsync(state_, 0, sizeof(StepState), stream));
+
+    // Paged KV cache: block j of request b is physical block j * max_batch + b (interleaved, so
+    // that the block table is really followed), [block][kv_head][block_tokens][head_dim].
+    const int block_tokens = info_.kv_block_tokens;
+    blocks_per_request_ = (c.max_context + block_tokens - 1) / block_tokens;
+    std::vector<std::int32_t> table(rows * blocks_per_request_);
+    for (int b = 0; b < c.max_batch; ++b) {
+      for (int j = 0; j < blocks_per_request_; ++j) {
+        table[static_cast<std::size_t>(b) * blocks_per_request_ + j] = j * c.max_batch + b;
+      }
+    }
+    GPUOPT_RETURN_IF_ERROR(allocate(block_table_, table.size()));
+    GPUOPT_CUDA_TRY(cudaMemcpyAsync(block_table_, table.data(), table.size() * sizeof(std::int32_t),
+                                    cudaMemcpyHostToDevice, stream));
+    cache_layer_ = rows * blocks_per_request_ * c.kv_heads * block_tokens * c.head_dim;
+    const std::size_t cache = static_cast<std::size_t>(c.layers) * cache_layer_;
     GPUOPT_RETURN_IF_ERROR(allocate(k_cache_, cache));
     GPUOPT_RETURN_IF_ERROR(allocate(v_cache_, cache));
-    // Zeroed once so GEMM rows past `batch` only ever hold finite values.
-    GPUOPT_CUDA_TRY(cudaMemsetAsync(residual_, 0, rows * c.hidden * sizeof(float), stream));
-    GPUOPT_CUDA_TRY(cudaMemsetAsync(normed_, 0, rows * c.hidden * sizeof(__half), stream));
-    GPUOPT_CUDA_TRY(
-        cudaMemsetAsync(attention_, 0, rows * c.heads * c.head_dim * sizeof(__half), stream));
-    GPUOPT_CUDA_TRY(cudaMemsetAsync(act_, 0, rows * c.ffn * sizeof(__half), stream));
-    GPUOPT_CUDA_TRY(cudaMemsetAsync(scratch_tokens_, 0, 2 * rows * sizeof(std::int32_t), stream));
     GPUOPT_CUDA_TRY(cudaMemsetAsync(k_cache_, 0, cache * sizeof(__half), stream));
     GPUOPT_CUDA_TRY(cudaMemsetAsync(v_cache_, 0, cache * sizeof(__half), stream));
 
-    const std::size_t table = static_cast<std::size_t>(c.vocab) * c.hidden;
-    GPUOPT_RETURN_IF_ERROR(allocate(token_table_, table));
-    k_llm_fill_token_table<<<fill_blocks(table), 256, 0, stream>>>(token_table_, table, c.seed);
+    const std::size_t table_size = static_cast<std::size_t>(c.vocab) * c.hidden;
+    GPUOPT_RETURN_IF_ERROR(allocate(token_table_, table_size));
+    k_llm_fill_token_table<<<fill_blocks(table_size), 256, 0, stream>>>(token_table_, table_size,
+                                                                        c.seed);
     GPUOPT_CUDA_TRY_LAUNCH();
     const std::size_t projection = static_cast<std::size_t>(c.hidden) * c.embed_dim;
     GPUOPT_RETURN_IF_ERROR(allocate(projection_, projection));
@@ -498,81 +540,154 @@ class CudaLlmDecoder final : public LlmDecoder {
     GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));  // the host tables die with this function
 
     for (int l = 0; l < c.layers; ++l) {
-      GPUOPT_RETURN_IF_ERROR(add_matrix(llm_matrix_id(l, LlmMatrixKind::kQkv), c.hidden, qkv_n,
-                                        normed_, qkv_, stream));
+      GPUOPT_RETURN_IF_ERROR(
+          add_matrix(llm_matrix_id(l, LlmMatrixKind::kQkv), c.hidden, qkv_n, false, stream));
       GPUOPT_RETURN_IF_ERROR(add_matrix(llm_matrix_id(l, LlmMatrixKind::kO), c.heads * c.head_dim,
-                                        c.hidden, attention_, projected_, stream));
-      GPUOPT_RETURN_IF_ERROR(add_matrix(llm_matrix_id(l, LlmMatrixKind::kGateUp), c.hidden,
-                                        2 * c.ffn, normed_, gate_up_, stream));
-      GPUOPT_RETURN_IF_ERROR(add_matrix(llm_matrix_id(l, LlmMatrixKind::kDown), c.ffn, c.hidden,
-                                        act_, projected_, stream));
+                                        c.hidden, false, stream));
+      GPUOPT_RETURN_IF_ERROR(
+          add_matrix(llm_matrix_id(l, LlmMatrixKind::kGateUp), c.hidden, 2 * c.ffn, true, stream));
+      GPUOPT_RETURN_IF_ERROR(
+          add_matrix(llm_matrix_id(l, LlmMatrixKind::kDown), c.ffn, c.hidden, false, stream));
     }
-    return add_matrix(kLlmLmHeadId, c.hidden, c.vocab, normed_, logits_, stream);
+    GPUOPT_RETURN_IF_ERROR(add_matrix(kLlmLmHeadId, c.hidden, c.vocab, false, stream));
+    // One partial-sum area for every GEMM: they run one after another, each after the previous
+    // has finished (pdl_wait), and each leaves its counters zero.
+    GPUOPT_RETURN_IF_ERROR(allocate(partials_, std::max<std::size_t>(partial_floats_, 1)));
+    attention_shared_ =
+        (3 * static_cast<std::size_t>(c.head_dim) + kAttentionThreads + c.max_context) *
+        sizeof(float);
+    if (attention_shared_ > 48 * 1024) {
+      GPUOPT_CUDA_TRY(cudaFuncSetAttribute(k_llm_attention,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(attention_shared_)));
+    }
+    return ok_status();
   }
 
-  Status step(int batch, int position, const TokenIo& io, cudaStream_t stream) {
+  llm_detail::GemvArgs gemv_args(const Matrix& m, int batch) const {
+    llm_detail::GemvArgs a;
+    a.tiles = m.tiles;
+    a.scales = m.scales;
+    a.k = m.k;
+    a.n = m.n;
+    a.m = batch;
+    a.plan = m.plan;
+    a.ssq_stride = config_.max_batch;
+    a.eps = config_.rms_eps;
+    a.partials = partials_;
+    a.counters = m.counters;
+    return a;
+  }
+
+  // The step's kernels, in order, on `stream` (captured into a graph or launched directly).
+  // `choose`: run lm_head and argmax (the step's token is chosen); `debug_logits`: fp32 copy.
+  Status enqueue_step(int batch, bool choose, float* debug_logits, std::size_t debug_stride,
+                      cudaStream_t stream) {
     const LlmConfig& c = config_;
-    const std::size_t cache_layer =
-        static_cast<std::size_t>(c.max_batch) * c.kv_heads * c.max_context * c.head_dim;
-    k_llm_embed<<<batch, kRowThreads, 0, stream>>>(io.source, io.source_stride, io.source_column,
-                                                   token_table_, c.vocab, c.hidden, residual_);
-    GPUOPT_CUDA_TRY_LAUNCH();
-    const std::size_t attention_shared =
-        (static_cast<std::size_t>(c.head_dim) + position + 1 + 2) * sizeof(float);
+    const bool pdl = info_.programmatic_launch;
+    using llm_detail::GemvInput;
+    using llm_detail::GemvOutput;
+    using llm_detail::launch_kernel;
+    GPUOPT_RETURN_IF_ERROR(launch_kernel(k_llm_embed, dim3(batch), dim3(kRowThreads), 0, stream,
+                                         pdl, tokens_, c.max_context, state_, token_table_, c.vocab,
+                                         c.hidden, residual_, ssq_, c.max_batch));
     for (int l = 0; l < c.layers; ++l) {
-      Matrix& qkv = *matrices_[4 * l + 0];
-      Matrix& o = *matrices_[4 * l + 1];
-      Matrix& gate_up = *matrices_[4 * l + 2];
-      Matrix& down = *matrices_[4 * l + 3];
-      // The previous layer's down projection is added here, fused with this layer's first norm.
-      k_llm_add_rms_norm<<<batch, kRowThreads, 0, stream>>>(
-          residual_, l == 0 ? nullptr : projected_, normed_, nullptr, c.hidden, c.rms_eps);
-      GPUOPT_CUDA_TRY_LAUNCH();
-      GPUOPT_RETURN_IF_ERROR(qkv.gemm->run(stream));
-      k_llm_rope_cache<<<batch, kRowThreads, 0, stream>>>(
-          qkv_, rope_cos_, rope_sin_, position, c.heads, c.kv_heads, c.head_dim, c.max_context, q_,
-          k_cache_ + l * cache_layer, v_cache_ + l * cache_layer);
-      GPUOPT_CUDA_TRY_LAUNCH();
-      k_llm_attention<<<dim3(c.heads, batch), 128, attention_shared, stream>>>(
-          q_, k_cache_ + l * cache_layer, v_cache_ + l * cache_layer, position + 1, c.heads,
-          c.kv_heads, c.head_dim, c.max_context, attention_);
-      GPUOPT_CUDA_TRY_LAUNCH();
-      GPUOPT_RETURN_IF_ERROR(o.gemm->run(stream));
-      k_llm_add_rms_norm<<<batch, kRowThreads, 0, stream>>>(residual_, projected_, normed_, nullptr,
-                                                            c.hidden, c.rms_eps);
-      GPUOPT_CUDA_TRY_LAUNCH();
-      GPUOPT_RETURN_IF_ERROR(gate_up.gemm->run(stream));
-      k_llm_silu_mul<<<dim3((c.ffn + 255) / 256, batch), 256, 0, stream>>>(gate_up_, c.ffn, act_);
-      GPUOPT_CUDA_TRY_LAUNCH();
-      GPUOPT_RETURN_IF_ERROR(down.gemm->run(stream));
+      const Matrix& qkv = matrices_[4 * l + 0];
+      const Matrix& o = matrices_[4 * l + 1];
+      const Matrix& gate_up = matrices_[4 * l + 2];
+      const Matrix& down = matrices_[4 * l + 3];
+      llm_detail::GemvArgs a = gemv_args(qkv, batch);
+      a.residual = residual_;
+      a.ssq = ssq_;
+      a.y = qkv_;
+      GPUOPT_RETURN_IF_ERROR(
+          llm_detail::launch_gemv(GemvInput::kNormed, GemvOutput::kHalf, a, pdl, stream));
+      GPUOPT_RETURN_IF_ERROR(launch_kernel(
+          k_llm_attention, dim3(c.heads, batch), dim3(kAttentionThreads), attention_shared_, stream,
+          pdl, qkv_, rope_cos_, rope_sin_, state_, k_cache_ + l * cache_layer_,
+          v_cache_ + l * cache_layer_, block_table_, blocks_per_request_, info_.kv_block_tokens,
+          c.heads, c.kv_heads, c.head_dim, attention_));
+      a = gemv_args(o, batch);
+      a.x = attention_;
+      a.residual_out = residual_;
+      a.ssq_out = ssq_;
+      GPUOPT_RETURN_IF_ERROR(
+          llm_detail::launch_gemv(GemvInput::kHalf, GemvOutput::kResidual, a, pdl, stream));
+      a = gemv_args(gate_up, batch);
+      a.residual = residual_;
+      a.ssq = ssq_;
+      a.y = act_;
+      GPUOPT_RETURN_IF_ERROR(
+          llm_detail::launch_gemv(GemvInput::kNormed, GemvOutput::kSiluPair, a, pdl, stream));
+      a = gemv_args(down, batch);
+      a.x = act_;
+      a.residual_out = residual_;
+      a.ssq_out = ssq_;
+      GPUOPT_RETURN_IF_ERROR(
+          llm_detail::launch_gemv(GemvInput::kHalf, GemvOutput::kResidual, a, pdl, stream));
     }
-    k_llm_add_rms_norm<<<batch, kRowThreads, 0, stream>>>(residual_, projected_, normed_, pooled_,
-                                                          c.hidden, c.rms_eps);
-    GPUOPT_CUDA_TRY_LAUNCH();
-    if (io.out == nullptr) return ok_status();  // prompt position: no token to choose
-    GPUOPT_RETURN_IF_ERROR(matrices_.back()->gemm->run(stream));
-    k_llm_argmax<<<batch, kRowThreads, 0, stream>>>(logits_, c.vocab, io.out, io.out_stride,
-                                                    io.out_column, io.debug, io.debug_stride);
-    GPUOPT_CUDA_TRY_LAUNCH();
+    GPUOPT_RETURN_IF_ERROR(launch_kernel(k_llm_pool, dim3(batch), dim3(kRowThreads), 0, stream, pdl,
+                                         residual_, ssq_, c.max_batch, c.hidden, c.rms_eps, pooled_,
+                                         state_));
+    if (!choose) return ok_status();
+    llm_detail::GemvArgs a = gemv_args(matrices_.back(), batch);
+    a.residual = residual_;
+    a.ssq = ssq_;
+    a.y = logits_;
+    GPUOPT_RETURN_IF_ERROR(
+        llm_detail::launch_gemv(GemvInput::kNormed, GemvOutput::kHalf, a, pdl, stream));
+    return launch_kernel(k_llm_argmax, dim3(batch), dim3(kRowThreads), 0, stream, pdl, logits_,
+                         c.vocab, tokens_, c.max_context, state_, debug_logits, debug_stride);
+  }
+
+  // One step: the captured graph for (batch, choose), captured on first use.
+  Status run_step(int batch, bool choose, cudaStream_t stream) {
+    if (!info_.cuda_graphs) return enqueue_step(batch, choose, nullptr, 0, stream);
+    cudaGraphExec_t& exec = graphs_[choose ? 1 : 0][batch];
+    if (exec == nullptr) {
+      GPUOPT_CUDA_TRY(cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeThreadLocal));
+      const Status enqueued = enqueue_step(batch, choose, nullptr, 0, capture_stream_);
+      cudaGraph_t graph = nullptr;
+      const Status ended = GPUOPT_CUDA_STATUS(cudaStreamEndCapture(capture_stream_, &graph));
+      GPUOPT_RETURN_IF_ERROR(enqueued.with_context("capturing the decode step"));
+      GPUOPT_RETURN_IF_ERROR(ended);
+      const Status made = GPUOPT_CUDA_STATUS(cudaGraphInstantiate(&exec, graph, 0));
+      GPUOPT_CUDA_TRY(cudaGraphDestroy(graph));
+      if (!made.ok()) {
+        exec = nullptr;
+        return made;
+      }
+    }
+    GPUOPT_CUDA_TRY(cudaGraphLaunch(exec, stream));
     return ok_status();
   }
 
   LlmConfig config_;
+  LlmDecoderOptions options_;
+  LlmDecoderInfo info_;
   std::vector<runtime::DeviceBuffer> allocations_;
-  std::vector<std::unique_ptr<Matrix>> matrices_;  // [layer][qkv, o, gate_up, down], lm_head
-  float* residual_ = nullptr;                      // [max_batch][hidden] fp32 residual stream
-  float* pooled_ = nullptr;                 // [max_batch][hidden] sum of final normalised states
-  __half* normed_ = nullptr;                // [max_batch][hidden] GEMM input
-  __half* qkv_ = nullptr;                   // [max_batch][(heads + 2 kv) head_dim]
-  float* q_ = nullptr;                      // [max_batch][heads][head_dim] rotated queries
-  __half* attention_ = nullptr;             // [max_batch][heads head_dim]
-  __half* projected_ = nullptr;             // [max_batch][hidden] o_proj / down_proj output
-  __half* gate_up_ = nullptr;               // [max_batch][2 ffn]
-  __half* act_ = nullptr;                   // [max_batch][ffn]
-  __half* logits_ = nullptr;                // [max_batch][vocab]
-  std::int32_t* scratch_tokens_ = nullptr;  // decode_step's input and output tokens
-  __half* k_cache_ = nullptr;               // [layer][max_batch][kv_head][max_context][head_dim]
+  std::vector<Matrix> matrices_;  // [layer][qkv, o, gate_up, down], lm_head
+  // graphs_[choose][batch]: the step without / with lm_head and argmax.
+  std::vector<cudaGraphExec_t> graphs_[2] = {std::vector<cudaGraphExec_t>(config_.max_batch + 1),
+                                             std::vector<cudaGraphExec_t>(config_.max_batch + 1)};
+  cudaStream_t capture_stream_ = nullptr;  // build work and graph capture
+  std::size_t partial_floats_ = 0;
+  float* partials_ = nullptr;    // the GEMMs' k-split partial sums [splits][16][N]
+  float* residual_ = nullptr;    // [max_batch][hidden] fp32 residual stream
+  float* ssq_ = nullptr;         // [hidden / 64][max_batch] residual sums of squares per 64 columns
+  float* pooled_ = nullptr;      // [max_batch][hidden] sum of final normalised states
+  __half* qkv_ = nullptr;        // [max_batch][(heads + 2 kv) head_dim]
+  __half* attention_ = nullptr;  // [max_batch][heads head_dim]
+  __half* act_ = nullptr;        // [max_batch][ffn] SiLU(gate)·up
+  __half* logits_ = nullptr;     // [max_batch][vocab]
+  std::int32_t* tokens_ = nullptr;  // [max_batch][max_context]: prompt, then the chosen tokens
+  StepState* state_ = nullptr;
+  std::int32_t* block_table_ = nullptr;  // [max_batch][blocks_per_request]
+  int blocks_per_request_ = 0;
+  std::size_t cache_layer_ = 0;  // elements of one layer's K (or V) cache
+  __half* k_cache_ = nullptr;    // [layer][block][kv_head][block_tokens][head_dim]
   __half* v_cache_ = nullptr;
+  std::size_t attention_shared_ = 0;
   __half* token_table_ = nullptr;  // [vocab][hidden]
   float* projection_ = nullptr;    // [hidden][embed_dim]
   float* rope_cos_ = nullptr;      // [max_context][head_dim / 2]
@@ -582,10 +697,15 @@ class CudaLlmDecoder final : public LlmDecoder {
 }  // namespace
 
 StatusOr<std::unique_ptr<LlmDecoder>> LlmDecoder::create(const LlmConfig& config) {
+  return create(config, LlmDecoderOptions{});
+}
+
+StatusOr<std::unique_ptr<LlmDecoder>> LlmDecoder::create(const LlmConfig& config,
+                                                         const LlmDecoderOptions& options) {
   GPUOPT_RETURN_IF_ERROR(check_llm_config(config));
   GPUOPT_ASSIGN_OR_RETURN(int devices, cuda_device_count());
   if (devices < 1) return unavailable(config.name + ": no CUDA device");
-  auto decoder = std::make_unique<CudaLlmDecoder>(config);
+  auto decoder = std::make_unique<CudaLlmDecoder>(config, options);
   Status status = decoder->build();
   if (!status.ok()) return status.with_context("building LLM decoder '" + config.name + "'");
   return std::unique_ptr<LlmDecoder>(std::move(decoder));

@@ -28,7 +28,9 @@ struct LlmConfig {  // Llama-shaped decoder, seeded random int4 weights (W4A16, 
 };
 
 LlmConfig llama_1b_shaped();  // the default above
-LlmConfig tiny_llm();         // small config for tests (hidden 128, 2 layers, vocab 512, ...)
+// Llama 3.1 8B's shapes: hidden 4096, 32 layers, 32 query / 8 KV heads of 128, FFN 14336.
+LlmConfig llama_8b_shaped();
+LlmConfig tiny_llm();  // small config for tests (hidden 128, 2 layers, vocab 512, ...)
 
 // Why a config cannot run (names the field), or OK: every GEMM's K a multiple of 128 (the group)
 // and N of 64, heads a multiple of kv_heads, head_dim even, sizes positive.
@@ -36,7 +38,7 @@ Status check_llm_config(const LlmConfig& config);
 
 double llm_weight_bytes(const LlmConfig&);  // int4 + scales of every W4A16 matrix, for docs/output
 double llm_embedding_table_bytes(const LlmConfig&);  // fp16 token embeddings [vocab][hidden]
-double llm_kv_cache_bytes(const LlmConfig&);  // fp16 [layers][max_batch][kv][ctx][hd] K and V
+double llm_kv_cache_bytes(const LlmConfig&);  // fp16 K and V of max_batch x max_context tokens
 // FLOPs of one decode step for `batch` requests that attend over `context` cached positions:
 // 2·batch·Σ(K·N) over the W4A16 matrices (lm_head included) +
 // 4·batch·layers·heads·head_dim·context.
@@ -48,12 +50,43 @@ struct LlmDebugOutputs {
   float* d_logits = nullptr;
 };
 
+// How the decoder runs its step; the defaults are the fast path. Results are bitwise the same
+// under every choice here (the GPU tests compare them), except that a different SM count changes
+// the GEMMs' k-splits (see sm_count).
+struct LlmDecoderOptions {
+  // Each decode step as one CUDA graph per batch size (captured on first use, then replayed);
+  // false: the same kernels launched one by one.
+  bool cuda_graphs = true;
+  // On sm_90: each kernel launched as a programmatic dependent of the previous one, so a GEMM's
+  // weight loads start while the kernel before it finishes. Ignored before sm_90.
+  bool programmatic_launch = true;
+  // Tokens per block of the paged KV cache (a power of two, 1..max_context); 0 = one block per
+  // request (a contiguous cache).
+  int kv_block_tokens = 16;
+  // SMs the decode GEMMs' k-splits are planned for (0: the device's). The splits, and so the bits
+  // of every result, follow this count; a given count gives the same bits on any device.
+  int sm_count = 0;
+};
+
+// What create() chose, for logs and tests.
+struct LlmDecoderInfo {
+  bool cuda_graphs = false;
+  bool programmatic_launch = false;
+  int kv_block_tokens = 0;  // resolved: max_context when the cache is contiguous
+  int sm_count = 0;         // the SMs the GEMMs were planned for
+  double workspace_bytes = 0;
+  std::string describe() const;
+};
+
 class LlmDecoder {  // one instance per stream that uses it; not thread-safe
  public:
   // UNIMPLEMENTED without CUDA; UNAVAILABLE without a device. Weights generated on the device.
   static StatusOr<std::unique_ptr<LlmDecoder>> create(const LlmConfig& config);
+  static StatusOr<std::unique_ptr<LlmDecoder>> create(const LlmConfig& config,
+                                                      const LlmDecoderOptions& options);
   virtual ~LlmDecoder() = default;
   virtual const LlmConfig& config() const = 0;
+  virtual const LlmDecoderInfo& info() const = 0;
   // Greedy decoding for `batch` (1..max_batch) requests enqueued on `stream`, no host sync inside:
   // d_prompts: device int32 [batch][prompt_len]; writes d_tokens: device int32 [batch][new_tokens]
   // and d_embeddings: device float32 [batch][embed_dim]. prompt_len + new_tokens <= max_context.
@@ -67,7 +100,8 @@ class LlmDecoder {  // one instance per stream that uses it; not thread-safe
                           std::int32_t* d_tokens, float* d_embeddings, const LlmDebugOutputs& debug,
                           runtime::StreamHandle stream) = 0;
   // Enqueues exactly one decode step (every layer, lm_head, argmax) for `batch` requests at
-  // position `position` (< max_context) on the current cache contents, for timing a step alone.
+  // position `position` (< max_context) on the current cache contents, for timing a step alone
+  // (a one-thread kernel that sets the position, then the step's graph).
   virtual Status decode_step(int batch, int position, runtime::StreamHandle stream) = 0;
 };
 

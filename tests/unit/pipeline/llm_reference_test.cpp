@@ -8,6 +8,7 @@
 
 #include "gpuopt/kernels/quant_formats.hpp"
 #include "gpuopt/pipeline/llm.hpp"
+#include "pipeline/llm_gemv.hpp"
 #include "pipeline/llm_weights.hpp"
 
 namespace gpuopt::pipeline {
@@ -33,6 +34,51 @@ TEST(LlmConfig, OneBillionShapedBytes) {
   EXPECT_DOUBLE_EQ(kn, 1235746816.0);
   EXPECT_DOUBLE_EQ(llm_weight_bytes(c), 637181952.0);  // kn · (1/2 + 2/128)
   EXPECT_DOUBLE_EQ(llm_decode_step_flops(c, 1, 0), 2 * kn);
+}
+
+TEST(LlmConfig, EightBillionShapedBytes) {
+  const LlmConfig c = llama_8b_shaped();
+  ASSERT_TRUE(check_llm_config(c).ok());
+  EXPECT_EQ(c.hidden, 4096);
+  EXPECT_EQ(c.head_dim * c.heads, 4096);
+  // Per layer: 4096·6144 (q 32 + k 8 + v 8 heads of 128) + 4096·4096 + 4096·28672 + 14336·4096
+  // = 218103808; ×32 + 4096·128256 (lm_head).
+  const double kn = 32.0 * 218103808 + 4096.0 * 128256;
+  EXPECT_DOUBLE_EQ(llm_weight_bytes(c), kn * (0.5 + 2.0 / 128));
+  EXPECT_DOUBLE_EQ(llm_decode_step_flops(c, 1, 0), 2 * kn);
+}
+
+// The decode GEMM's launch shape: columns covered exactly, at most one warp of a split idle,
+// and, for the 1B shapes on a 132-SM H200, the splits worked out by hand.
+TEST(LlmGemvPlan, CoversTheLayerAndGivesEveryWarpWork) {
+  using llm_detail::plan_gemv;
+  for (int sms : {1, 46, 108, 132, 200}) {
+    for (int k : {128, 256, 2048, 8192, 14336}) {
+      for (int n : {128, 256, 3072, 16384, 128256 / 64 * 64}) {
+        for (bool pair : {false, true}) {
+          if (pair && n % 128 != 0) continue;
+          const llm_detail::GemvPlan plan = plan_gemv(k, n, pair, sms);
+          SCOPED_TRACE("sms " + std::to_string(sms) + " K " + std::to_string(k) + " N " +
+                       std::to_string(n) + (pair ? " pair" : ""));
+          EXPECT_EQ(plan.parts, pair ? 2 : 1);
+          EXPECT_EQ(plan.items * 64 * plan.parts, n);
+          const int groups = k / 128, warps_per_strip = 4 / plan.parts;
+          EXPECT_GE(plan.splits, 1);
+          EXPECT_LE(plan.splits, groups);
+          // The smallest split has groups/splits groups, one per warp but for at most one.
+          if (plan.splits > 1) EXPECT_GE(groups / plan.splits + 1, warps_per_strip);
+          EXPECT_EQ(plan.partial_floats(16, n),
+                    plan.splits > 1 ? static_cast<std::size_t>(plan.splits) * 16 * n : 0u);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(plan_gemv(2048, 3072, false, 132).splits, 4);    // qkv: 48 strips, 16 groups / 4 warps
+  EXPECT_EQ(plan_gemv(2048, 2048, false, 132).splits, 4);    // o
+  EXPECT_EQ(plan_gemv(2048, 16384, true, 132).splits, 5);    // gate/up: 128 pairs, ceil(528/128)
+  EXPECT_EQ(plan_gemv(8192, 2048, false, 132).splits, 16);   // down: 64 groups / 4 warps
+  EXPECT_EQ(plan_gemv(2048, 128256, false, 132).splits, 1);  // lm_head: 2004 strips fill the GPU
+  EXPECT_EQ(plan_gemv(2048, 3072, false, 132, 1).splits, 1);
 }
 
 TEST(LlmConfig, RejectsShapesTheGemmCannotRun) {

@@ -1,0 +1,376 @@
+// LLM stage: the decode GEMM (llm_gemv.hpp). One block per (item, k-split); an item is one
+// 64-column strip of the W4A16 tile layout (or a gate strip and its up strip). The block's warps
+// take the split's quantization groups in turn, streaming each group's eight 512-byte k16 tiles
+// straight into registers (the next group's loads in flight while one is multiplied) as the mma A
+// operand, the x rows as the B operand (rows >= M are zero), fp32 sums per group times the group's
+// scales. Warps are added in warp order in shared memory, splits in split order by the block that
+// finishes last, so every row's bits are fixed by (K, N, plan) alone.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "gpuopt/core/cuda_check.hpp"
+#include "pipeline/llm_gemv.hpp"
+#include "pipeline/llm_pdl.cuh"
+
+namespace gpuopt::pipeline::llm_detail {
+namespace {
+
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ std::uint32_t half2_bits(__half2 h) {
+  return *reinterpret_cast<std::uint32_t*>(&h);
+}
+__device__ __forceinline__ __half2 bits_half2(std::uint32_t u) {
+  return *reinterpret_cast<__half2*>(&u);
+}
+
+// Word j of a lane's 16 bytes of one k16 tile -> the A fragment of m16 tile j (strip columns
+// 16j..16j+15), values q - 8 exactly: nibbles 0/4 -> a0 (column 16j + g, k 2c, 2c+1), 2/6 -> a1
+// (column 16j + 8 + g), 1/5 -> a2 (k + 8), 3/7 -> a3. docs/w4a16-gemm.md, the tile layout.
+__device__ __forceinline__ void dequantize(std::uint32_t w, std::uint32_t* a) {
+  const __half2 bias = bits_half2(0x64086408u);       // 1032 = 1024 + zero 8
+  const __half2 sixteenth = bits_half2(0x2C002C00u);  // 1/16
+  const __half2 minus72 = bits_half2(0xD480D480u);    // (1024 + 16q)/16 - 72 = q - 8
+  const std::uint32_t lo0 = (w & 0x000f000fu) | 0x64006400u;
+  const std::uint32_t hi0 = (w & 0x00f000f0u) | 0x64006400u;
+  const std::uint32_t s = w >> 8;
+  const std::uint32_t lo1 = (s & 0x000f000fu) | 0x64006400u;
+  const std::uint32_t hi1 = (s & 0x00f000f0u) | 0x64006400u;
+  a[0] = half2_bits(__hsub2(bits_half2(lo0), bias));
+  a[1] = half2_bits(__hsub2(bits_half2(lo1), bias));
+  a[2] = half2_bits(__hfma2(bits_half2(hi0), sixteenth, minus72));
+  a[3] = half2_bits(__hfma2(bits_half2(hi1), sixteenth, minus72));
+}
+
+__device__ __forceinline__ void mma_16816(float* d, const std::uint32_t* a,
+                                          const std::uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Sum of 32 lanes' values in a fixed butterfly order; lane 0's result is the one used.
+__device__ __forceinline__ float warp_sum_fixed(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+template <int kN8, GemvInput kIn, GemvOutput kOut>
+__global__ void __launch_bounds__(32 * kGemvWarps) k_llm_gemv(const GemvArgs a) {
+  constexpr int kParts = kOut == GemvOutput::kSiluPair ? 2 : 1;
+  constexpr int kWarpsPerStrip = kGemvWarps / kParts;
+  constexpr int kRows = 8 * kN8;
+  __shared__ float reduce[kGemvWarps][kRows][64];
+  __shared__ float final_sums[kParts][kRows][64];
+  __shared__ int is_last;
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, c = lane % 4;
+  const int splits = a.plan.splits;
+  const int item = blockIdx.x / splits;
+  const int split = blockIdx.x - item * splits;
+  const int part = warp / kWarpsPerStrip;
+  const int strips = a.n / 64;
+  const int strip = item + part * (kParts == 2 ? strips / 2 : 0);
+  const int groups = a.k / kGemvGroupK;
+  const int g0 = static_cast<int>(static_cast<long long>(split) * groups / splits);
+  const int g1 = static_cast<int>(static_cast<long long>(split + 1) * groups / splits);
+  const uint4* weights =
+      static_cast<const uint4*>(a.tiles) + static_cast<std::size_t>(strip) * (a.k / 16) * 32 + lane;
+  const uint4* scales =
+      static_cast<const uint4*>(a.scales) + static_cast<std::size_t>(strip) * 8 + g;
+  const std::size_t scale_stride = static_cast<std::size_t>(strips) * 8;  // uint4 per group
+
+  uint4 current[8], next[8];
+  uint4 scale_current = make_uint4(0, 0, 0, 0), scale_next = make_uint4(0, 0, 0, 0);
+  int group = g0 + warp % kWarpsPerStrip;
+  // The weights never change: their first loads go out before the previous kernel has finished.
+  if (group < g1) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      current[i] = load_stream(weights + (static_cast<std::size_t>(group) * 8 + i) * 32);
+    }
+    scale_current = __ldg(scales + group * scale_stride);
+  }
+  pdl_trigger();
+  pdl_wait();
+
+  // Inputs: rows 8r + g of the B fragments.
+  float inv[kN8];
+  const std::uint32_t* x_rows[kN8];
+  const float* residual_rows[kN8];
+#pragma unroll
+  for (int r = 0; r < kN8; ++r) {
+    const int row = 8 * r + g;
+    inv[r] = 0.0f;
+    x_rows[r] = nullptr;
+    residual_rows[r] = nullptr;
+    if (row < a.m) {
+      if constexpr (kIn == GemvInput::kNormed) {
+        float sum = 0.0f;
+        for (int p = 0; p < a.k / kSsqColumns; ++p) {
+          sum = __fadd_rn(sum, a.ssq[static_cast<std::size_t>(p) * a.ssq_stride + row]);
+        }
+        inv[r] = rsqrtf(__fadd_rn(__fdiv_rn(sum, static_cast<float>(a.k)), a.eps));
+        residual_rows[r] = a.residual + static_cast<std::size_t>(row) * a.k;
+      } else {
+        x_rows[r] = reinterpret_cast<const std::uint32_t*>(static_cast<const __half*>(a.x) +
+                                                           static_cast<std::size_t>(row) * a.k);
+      }
+    }
+  }
+  auto load_b = [&](int r, int k) -> std::uint32_t {  // k even: x[row][k], x[row][k + 1]
+    if constexpr (kIn == GemvInput::kNormed) {
+      if (residual_rows[r] == nullptr) return 0u;
+      const float2 v = *reinterpret_cast<const float2*>(residual_rows[r] + k);
+      return half2_bits(__floats2half2_rn(__fmul_rn(v.x, inv[r]), __fmul_rn(v.y, inv[r])));
+    } else {
+      if (x_rows[r] == nullptr) return 0u;
+      return x_rows[r][k / 2];
+    }
+  };
+
+  float acc[kN8][4][4];
+#pragma unroll
+  for (int r = 0; r < kN8; ++r) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[r][j][e] = 0.0f;
+    }
+  }
+  for (; group < g1; group += kWarpsPerStrip) {
+    const int following = group + kWarpsPerStrip;
+    if (following < g1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        next[i] = load_stream(weights + (static_cast<std::size_t>(following) * 8 + i) * 32);
+      }
+      scale_next = __ldg(scales + following * scale_stride);
+    }
+    std::uint32_t b[8][kN8][2];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int k = group * kGemvGroupK + i * 16 + 2 * c;
+#pragma unroll
+      for (int r = 0; r < kN8; ++r) {
+        b[i][r][0] = load_b(r, k);
+        b[i][r][1] = load_b(r, k + 8);
+      }
+    }
+    float group_acc[kN8][4][4];
+#pragma unroll
+    for (int r = 0; r < kN8; ++r) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) group_acc[r][j][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const std::uint32_t words[4] = {current[i].x, current[i].y, current[i].z, current[i].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        std::uint32_t frag[4];
+        dequantize(words[j], frag);
+#pragma unroll
+        for (int r = 0; r < kN8; ++r) mma_16816(group_acc[r][j], frag, b[i][r]);
+      }
+    }
+    const std::uint32_t scale_words[4] = {scale_current.x, scale_current.y, scale_current.z,
+                                          scale_current.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // Scale 2j: column 16j + g (c0, c1); scale 2j + 1: column 16j + 8 + g (c2, c3).
+      const float lo = __half2float(__ushort_as_half(static_cast<unsigned short>(scale_words[j])));
+      const float hi =
+          __half2float(__ushort_as_half(static_cast<unsigned short>(scale_words[j] >> 16)));
+#pragma unroll
+      for (int r = 0; r < kN8; ++r) {
+        acc[r][j][0] = __fmaf_rn(lo, group_acc[r][j][0], acc[r][j][0]);
+        acc[r][j][1] = __fmaf_rn(lo, group_acc[r][j][1], acc[r][j][1]);
+        acc[r][j][2] = __fmaf_rn(hi, group_acc[r][j][2], acc[r][j][2]);
+        acc[r][j][3] = __fmaf_rn(hi, group_acc[r][j][3], acc[r][j][3]);
+      }
+    }
+    if (following < g1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) current[i] = next[i];
+      scale_current = scale_next;
+    }
+  }
+
+  // D fragment: c0/c1 at (column 16j + g, rows 8r + 2c, 2c + 1), c2/c3 at column 16j + 8 + g.
+#pragma unroll
+  for (int r = 0; r < kN8; ++r) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        reduce[warp][8 * r + 2 * c + (e & 1)][16 * j + g + 8 * (e >> 1)] = acc[r][j][e];
+      }
+    }
+  }
+  __syncthreads();
+
+  const int m = a.m;
+  const int elements = kParts * m * 64;
+  for (int idx = threadIdx.x; idx < elements; idx += blockDim.x) {
+    const int p = idx / (m * 64);
+    const int rest = idx - p * m * 64;
+    const int row = rest / 64, col = rest % 64;
+    float v = reduce[p * kWarpsPerStrip][row][col];
+#pragma unroll
+    for (int w = 1; w < kWarpsPerStrip; ++w)
+      v = __fadd_rn(v, reduce[p * kWarpsPerStrip + w][row][col]);
+    final_sums[p][row][col] = v;
+  }
+  if (splits > 1) {
+    // Every split writes its sums; the block that finishes last adds them in split order.
+    for (int idx = threadIdx.x; idx < elements; idx += blockDim.x) {
+      const int p = idx / (m * 64);
+      const int rest = idx - p * m * 64;
+      const int row = rest / 64, col = rest % 64;
+      const int column = (item + p * (kParts == 2 ? strips / 2 : 0)) * 64 + col;
+      const float v = final_sums[p][row][col];
+      __stcg(a.partials + (static_cast<std::size_t>(split) * kGemvMaxRows + row) * a.n + column, v);
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int done = atomicAdd(a.counters + item, 1);
+      is_last = done == splits - 1 ? 1 : 0;
+    }
+    __syncthreads();
+    if (is_last == 0) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < elements; idx += blockDim.x) {
+      const int p = idx / (m * 64);
+      const int rest = idx - p * m * 64;
+      const int row = rest / 64, col = rest % 64;
+      const int column = (item + p * (kParts == 2 ? strips / 2 : 0)) * 64 + col;
+      float v = __ldcg(a.partials + static_cast<std::size_t>(row) * a.n + column);
+      for (int s = 1; s < splits; ++s) {
+        v = __fadd_rn(v, __ldcg(a.partials +
+                                (static_cast<std::size_t>(s) * kGemvMaxRows + row) * a.n + column));
+      }
+      final_sums[p][row][col] = v;
+    }
+    if (threadIdx.x == 0) a.counters[item] = 0;  // ready for the next run
+  }
+  __syncthreads();
+
+  if constexpr (kOut == GemvOutput::kHalf) {
+    __half* y = static_cast<__half*>(a.y);
+    for (int idx = threadIdx.x; idx < m * 64; idx += blockDim.x) {
+      const int row = idx / 64, col = idx % 64;
+      y[static_cast<std::size_t>(row) * a.n + strip * 64 + col] =
+          __float2half_rn(final_sums[0][row][col]);
+    }
+  } else if constexpr (kOut == GemvOutput::kSiluPair) {
+    __half* act = static_cast<__half*>(a.y);
+    const int width = a.n / 2;
+    for (int idx = threadIdx.x; idx < m * 64; idx += blockDim.x) {
+      const int row = idx / 64, col = idx % 64;
+      const float gate = final_sums[0][row][col];
+      const float up = final_sums[1][row][col];
+      const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+      act[static_cast<std::size_t>(row) * width + item * 64 + col] =
+          __float2half_rn(__fmul_rn(silu, up));
+    }
+  } else {
+    // One warp per row: the new residual and its sum of squares over this strip's 64 columns.
+    for (int row = warp; row < m; row += kGemvWarps) {
+      float* res = a.residual_out + static_cast<std::size_t>(row) * a.n + strip * 64;
+      const float r0 = __fadd_rn(res[lane], final_sums[0][row][lane]);
+      const float r1 = __fadd_rn(res[lane + 32], final_sums[0][row][lane + 32]);
+      res[lane] = r0;
+      res[lane + 32] = r1;
+      const float total = warp_sum_fixed(__fadd_rn(__fmul_rn(r0, r0), __fmul_rn(r1, r1)));
+      if (lane == 0) a.ssq_out[static_cast<std::size_t>(strip) * a.ssq_stride + row] = total;
+    }
+  }
+}
+
+template <int kN8, GemvInput kIn, GemvOutput kOut>
+Status launch_typed(const GemvArgs& args, bool programmatic, cudaStream_t stream) {
+  const int blocks = args.plan.items * args.plan.splits;
+  return launch_kernel(k_llm_gemv<kN8, kIn, kOut>, dim3(blocks), dim3(32 * kGemvWarps), 0, stream,
+                       programmatic, args);
+}
+
+template <GemvInput kIn, GemvOutput kOut>
+Status launch_rows(const GemvArgs& args, bool programmatic, cudaStream_t stream) {
+  return args.m > 8 ? launch_typed<2, kIn, kOut>(args, programmatic, stream)
+                    : launch_typed<1, kIn, kOut>(args, programmatic, stream);
+}
+
+}  // namespace
+
+Status launch_gemv(GemvInput input, GemvOutput output, const GemvArgs& a, bool programmatic,
+                   CUstream_st* stream_handle) {
+  auto bad = [](const std::string& what) { return invalid_argument("LLM decode GEMM: " + what); };
+  if (a.m < 1 || a.m > kGemvMaxRows) return bad("M=" + std::to_string(a.m) + " outside [1, 16]");
+  const bool pair = output == GemvOutput::kSiluPair;
+  if (a.k <= 0 || a.k % kGemvGroupK != 0)
+    return bad("K=" + std::to_string(a.k) + " not a multiple of 128");
+  if (a.n <= 0 || a.n % (pair ? 128 : 64) != 0) {
+    return bad("N=" + std::to_string(a.n) + " not a multiple of " + (pair ? "128" : "64"));
+  }
+  if (a.tiles == nullptr || a.scales == nullptr) return bad("no weights");
+  if (a.plan.parts != (pair ? 2 : 1) || a.plan.items * 64 * a.plan.parts != a.n ||
+      a.plan.splits < 1 || a.plan.splits > a.k / kGemvGroupK) {
+    return bad("plan does not fit the layer (items " + std::to_string(a.plan.items) + ", splits " +
+               std::to_string(a.plan.splits) + ")");
+  }
+  if (a.plan.splits > 1 && (a.partials == nullptr || a.counters == nullptr)) {
+    return bad("k-splits need partials and counters");
+  }
+  if (input == GemvInput::kHalf && a.x == nullptr) return bad("no x");
+  if (input == GemvInput::kNormed &&
+      (a.residual == nullptr || a.ssq == nullptr || a.ssq_stride < a.m)) {
+    return bad("normalised input needs residual, ssq and ssq_stride >= M");
+  }
+  if (output == GemvOutput::kResidual &&
+      (a.residual_out == nullptr || a.ssq_out == nullptr || a.ssq_stride < a.m)) {
+    return bad("residual output needs residual_out, ssq_out and ssq_stride >= M");
+  }
+  if (output != GemvOutput::kResidual && a.y == nullptr) return bad("no y");
+  auto stream = static_cast<cudaStream_t>(stream_handle);
+  if (input == GemvInput::kHalf) {
+    switch (output) {
+      case GemvOutput::kHalf:
+        return launch_rows<GemvInput::kHalf, GemvOutput::kHalf>(a, programmatic, stream);
+      case GemvOutput::kResidual:
+        return launch_rows<GemvInput::kHalf, GemvOutput::kResidual>(a, programmatic, stream);
+      case GemvOutput::kSiluPair:
+        return bad("fp16 input with the SiLU pair output is not built");
+    }
+  }
+  switch (output) {
+    case GemvOutput::kHalf:
+      return launch_rows<GemvInput::kNormed, GemvOutput::kHalf>(a, programmatic, stream);
+    case GemvOutput::kSiluPair:
+      return launch_rows<GemvInput::kNormed, GemvOutput::kSiluPair>(a, programmatic, stream);
+    case GemvOutput::kResidual:
+      return bad("normalised input with the residual output is not built");
+  }
+  return bad("unknown mode");
+}
+
+}  // namespace gpuopt::pipeline::llm_detail

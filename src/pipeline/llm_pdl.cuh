@@ -1,0 +1,45 @@
+// LLM stage: programmatic dependent launch (sm_90) for the decode step's kernels. A kernel
+// launched with `programmatic` may start while the previous kernel of the stream still runs; it
+// must call pdl_wait() before it reads or writes anything an earlier kernel touches (weights,
+// which never change, may be loaded before). pdl_trigger() lets the next kernel start early.
+// Where griddepcontrol is missing (before sm_90) both are no-ops and launches are plain.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/core/status.hpp"
+
+namespace gpuopt::pipeline::llm_detail {
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <typename... Params, typename... Args>
+Status launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared_bytes,
+                     cudaStream_t stream, bool programmatic, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = programmatic ? attribute : nullptr;
+  config.numAttrs = programmatic ? 1 : 0;
+  return GPUOPT_CUDA_STATUS(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace gpuopt::pipeline::llm_detail
