@@ -35,4 +35,5 @@ NB_MODULE(_gpuopt, module) {
   gpuopt::python::bind_runtime(module);
   gpuopt::python::bind_quant(module);
   gpuopt::python::bind_doctor(module);
+  gpuopt::python::bind_amp(module);
 }
