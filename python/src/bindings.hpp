@@ -40,5 +40,6 @@ void bind_runtime(nanobind::module_& module);
 void bind_quant(nanobind::module_& module);
 void bind_doctor(nanobind::module_& module);
 void bind_data(nanobind::module_& module);
+void bind_amp(nanobind::module_& module);
 
 }  // namespace gpuopt::python

@@ -36,4 +36,5 @@ NB_MODULE(_gpuopt, module) {
   gpuopt::python::bind_quant(module);
   gpuopt::python::bind_doctor(module);
   gpuopt::python::bind_data(module);
+  gpuopt::python::bind_amp(module);
 }

@@ -122,6 +122,33 @@ float load_as_float(const GradientTensor& tensor, std::size_t i) {
   return 0;
 }
 
+// float -> dtype -> float: the value a tensor of `dtype` holds after storing `value`.
+float round_to_dtype(GradientDtype dtype, float value) {
+  switch (dtype) {
+    case GradientDtype::kFloat16:
+      return half_to_float(float_to_half_rn(value));
+    case GradientDtype::kBFloat16:
+      return bfloat16_to_float(float_to_bfloat16_rn(value));
+    case GradientDtype::kFloat32:
+      return value;
+  }
+  return value;
+}
+
+void store_from_float(const GradientTensor& tensor, std::size_t i, float value) {
+  switch (tensor.dtype) {
+    case GradientDtype::kFloat16:
+      static_cast<std::uint16_t*>(tensor.data)[i] = float_to_half_rn(value);
+      break;
+    case GradientDtype::kBFloat16:
+      static_cast<std::uint16_t*>(tensor.data)[i] = float_to_bfloat16_rn(value);
+      break;
+    case GradientDtype::kFloat32:
+      static_cast<float*>(tensor.data)[i] = value;
+      break;
+  }
+}
+
 }  // namespace
 
 bool unscale_reference(std::span<const GradientTensor> gradients, float inv_scale) {
@@ -190,6 +217,58 @@ void sgd_step_if_finite_reference(std::span<float* const> params,
       params[t][i] = std::fma(-learning_rate, load_as_float(gradients[t], i), params[t][i]);
     }
   }
+}
+
+UnscaleNormResult unscale_norm_reference(std::span<const GradientTensor> gradients,
+                                         float inv_scale) {
+  UnscaleNormResult result;
+  for (const GradientTensor& tensor : gradients) {
+    for (std::size_t i = 0; i < tensor.count; ++i) {
+      const float value = load_as_float(tensor, i);
+      if (!std::isfinite(value)) result.found_inf = true;
+      const float unscaled =
+          inv_scale == 1.0f ? value : round_to_dtype(tensor.dtype, value * inv_scale);
+      result.sum_squares += static_cast<double>(unscaled) * static_cast<double>(unscaled);
+    }
+  }
+  return result;
+}
+
+float clip_coefficient_reference(float total_norm, float max_norm) {
+  // torch: max_norm / (total_norm + 1e-6) is reciprocal(total_norm + 1e-6) * max_norm in fp32.
+  const float denominator = total_norm + 1e-6f;
+  const float coefficient = (1.0f / denominator) * max_norm;
+  return coefficient > 1.0f ? 1.0f : coefficient;  // a NaN coefficient stays NaN, as clamp
+}
+
+void scale_twice_reference(std::span<const GradientTensor> gradients, float first, float second) {
+  if (first == 1.0f && second == 1.0f) return;
+  for (const GradientTensor& tensor : gradients) {
+    for (std::size_t i = 0; i < tensor.count; ++i) {
+      float value = load_as_float(tensor, i);
+      if (first != 1.0f) value = round_to_dtype(tensor.dtype, value * first);
+      if (second != 1.0f) value = value * second;
+      store_from_float(tensor, i, value);
+    }
+  }
+}
+
+Status validate(const TensorListOptions& options) {
+  if (options.chunk_bytes < 1024 || options.chunk_bytes % 16 != 0 ||
+      options.chunk_bytes > (std::size_t{1} << 30)) {
+    return invalid_argument(
+        "TensorListOptions.chunk_bytes must be a multiple of 16 in [1024, 2^30], got " +
+        std::to_string(options.chunk_bytes));
+  }
+  if (options.max_blocks < 0) {
+    return invalid_argument("TensorListOptions.max_blocks must be >= 0, got " +
+                            std::to_string(options.max_blocks));
+  }
+  if (options.max_table_slots < 1) {
+    return invalid_argument("TensorListOptions.max_table_slots must be >= 1, got " +
+                            std::to_string(options.max_table_slots));
+  }
+  return ok_status();
 }
 
 }  // namespace gpuopt::kernels

@@ -1,6 +1,8 @@
 // Dynamic loss scaler for mixed-precision training over raw device buffers: a fused multi-tensor
 // unscale + overflow check, a device-side scale update (PyTorch GradScaler semantics, optional
 // hysteresis), an optimizer step that skips itself on overflow, and the CPU twin of all three.
+// TensorListScaler runs the same unscale, and the unscale + global L2 norm + clip factor, over a
+// tensor list given afresh with every call (what torch's GradScaler needs: gradients move).
 #pragma once
 
 #include <cstddef>
@@ -137,6 +139,83 @@ class LossScaler {
   std::size_t chunk_count_ = 0;
   int grid_blocks_ = 0;
   bool parameters_bound_ = false;
+};
+
+// ---- Tensor lists given per call (gpuopt.amp.GradScaler) ----
+
+// CPU twin of one TensorListScaler::unscale_norm() pass: found_inf over the inputs and the sum of
+// squares of the unscaled values y = dtype(float(x) * inv) (y = x when inv == 1), accumulated in
+// double; the tensors are not written.
+struct UnscaleNormResult {
+  bool found_inf = false;
+  double sum_squares = 0;
+};
+UnscaleNormResult unscale_norm_reference(std::span<const GradientTensor> gradients,
+                                         float inv_scale);
+// torch.nn.utils.clip_grad_norm_'s factor, in its fp32 operations:
+// clamp(fl(fl(1 / fl(total_norm + 1e-6f)) * max_norm), max = 1) (NaN stays NaN).
+float clip_coefficient_reference(float total_norm, float max_norm);
+// Every element x becomes dtype(float(dtype(float(x) * first)) * second), the two roundings of
+// unscale_ followed by clip_grad_norm_'s multiply; nothing is written when both factors are 1.
+void scale_twice_reference(std::span<const GradientTensor> gradients, float first, float second);
+
+struct TensorListOptions {
+  std::size_t chunk_bytes = 64 * 1024;  // work of one block step; a multiple of 16, >= 1024
+  int max_blocks = 0;                   // 0 = every SM at full occupancy
+  int max_table_slots = 64;             // device tables kept in flight before a call waits
+};
+
+// INVALID_ARGUMENT naming the bad field.
+Status validate(const TensorListOptions& options);
+
+// Device scalars written by TensorListScaler::unscale_norm (caller-owned device floats).
+struct NormOutputs {
+  float* total_norm = nullptr;        // required: L2 norm of the unscaled gradients
+  float* clip_coefficient = nullptr;  // required: clip_coefficient_reference(norm, max_norm)
+  // Optional: *scale / clip_coefficient, the grad_scale of an optimizer that divides every
+  // gradient by it (torch's fused Adam/AdamW/SGD), so the clip needs no pass of its own.
+  float* combined_scale = nullptr;
+};
+
+// Multi-tensor kernels over a list of gradient tensors that may change from call to call. The
+// list travels as a small device table (one entry per tensor, uploaded from pinned memory on the
+// caller's stream, reused without a copy while the list is unchanged); each block finds its chunk
+// by a binary search over the table. No call synchronises with the device, except when more than
+// max_table_slots tables are still in use by queued work (then it waits for the oldest).
+// `scale` is a device float (the loss scale; gradients are multiplied by float(1 / double(scale))
+// as torch does); null means 1 (check only). found_inf is a device float the kernels set to 1 when
+// any input element is inf or NaN; the caller zeroes it (as torch's GradScaler does).
+class TensorListScaler {
+ public:
+  // For CUDA device `device`; allocates nothing yet.
+  static StatusOr<std::unique_ptr<TensorListScaler>> create(int device,
+                                                            const TensorListOptions& options = {});
+  ~TensorListScaler();
+  TensorListScaler(const TensorListScaler&) = delete;
+  TensorListScaler& operator=(const TensorListScaler&) = delete;
+
+  // One launch: found_inf |= any non-finite input; x = dtype(float(x) * inv) unless inv == 1.
+  Status unscale(std::span<const GradientTensor> gradients, const float* scale, float* found_inf,
+                 CUstream_st* stream);
+  // Two launches, the gradients read once and not written: found_inf as unscale(), per-block
+  // partial sums of squares of the unscaled values, then one block reducing them into `outputs`.
+  Status unscale_norm(std::span<const GradientTensor> gradients, const float* scale,
+                      float* found_inf, float max_norm, const NormOutputs& outputs,
+                      CUstream_st* stream);
+  // One launch: x = dtype(float(dtype(float(x) * inv)) * (*second)), as scale_twice_reference;
+  // `second` is a device float (e.g. the clip coefficient), null for 1.
+  Status scale_twice(std::span<const GradientTensor> gradients, const float* scale,
+                     const float* second, CUstream_st* stream);
+
+  // Introspection for tests: tables allocated, and host-to-device table copies made so far.
+  std::size_t table_slots() const;
+  std::uint64_t table_uploads() const;
+  int grid_blocks() const;
+
+ private:
+  struct Impl;
+  explicit TensorListScaler(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace gpuopt::kernels

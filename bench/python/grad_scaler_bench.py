@@ -1,0 +1,213 @@
+"""torch.amp.GradScaler against gpuopt.amp.GradScaler on one CUDA device, in one run.
+
+1. unscale_ of 1 GiB of fp32 gradients in 200 tensors;
+2. unscale_ + clip_grad_norm_(foreach=True) against unscale_and_clip_ on the same gradients
+   (with a non-fused optimizer: gpuopt makes its second multiply pass; with a fused one the clip
+   travels in grad_scale);
+3. a whole training step of a GPT-shaped model (~100M parameters, random tokens, AdamW fused and
+   not, clipping at 1.0): step time and host synchronisations with each scaler.
+
+Each figure is the median of --repeats timed runs (CUDA events) after --warmup untimed ones.
+Prints one `RESULT:` line per figure and writes every sample as JSON to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import warnings
+
+import torch
+
+from gpuopt.amp import GradScaler
+
+
+def time_ms(setup, work, repeats: int, warmup: int) -> list[float]:
+    """Milliseconds of work() for each of `repeats` runs, setup() untimed before each."""
+    samples = []
+    for i in range(warmup + repeats):
+        setup()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        work()
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            samples.append(start.elapsed_time(end))
+    return samples
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "median": statistics.median(samples),
+        "min": min(samples),
+        "max": max(samples),
+        "samples": samples,
+    }
+
+
+def gradient_set(total_bytes: int, tensors: int):
+    count = total_bytes // 4 // tensors
+    params = [torch.nn.Parameter(torch.zeros(count, device="cuda")) for _ in range(tensors)]
+    for p in params:
+        p.grad = torch.randn(count, device="cuda") * 65536.0
+    return params
+
+
+def bench_unscale(args, results):
+    params = gradient_set(args.bytes, args.tensors)
+    for fused in (False, True):
+        opt = torch.optim.AdamW(params, lr=1e-3, fused=fused)
+        for name, make in (("torch", lambda: torch.amp.GradScaler("cuda")), ("gpuopt", GradScaler)):
+            scaler = make()
+            scaler.scale(torch.ones((), device="cuda"))
+
+            def reset():
+                scaler.update(new_scale=65536.0)  # back to READY for the next unscale_
+
+            def unscale():
+                scaler.unscale_(opt)
+
+            key = f"unscale_{name}{'_fusedopt' if fused else ''}"
+            results[key] = summary(time_ms(reset, unscale, args.repeats, args.warmup))
+
+            def clip_work():
+                if name == "torch":
+                    scaler.unscale_(opt)
+                    torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+                else:
+                    scaler.unscale_and_clip_(opt, 1.0)
+
+            key = f"unscale_clip_{name}{'_fusedopt' if fused else ''}"
+            results[key] = summary(time_ms(reset, clip_work, args.repeats, args.warmup))
+    gib = args.bytes / 2**30
+    for suffix, what in (("", "non-fused optimizer"), ("_fusedopt", "fused AdamW")):
+        t = results[f"unscale_torch{suffix}"]["median"]
+        g = results[f"unscale_gpuopt{suffix}"]["median"]
+        print(
+            f"RESULT: amp unscale_ {gib:.2f} GiB fp32 in {args.tensors} tensors ({what}): "
+            f"torch {t:.3f} ms, gpuopt {g:.3f} ms, speed-up {t / g:.2f}x (target 2x)"
+        )
+        t = results[f"unscale_clip_torch{suffix}"]["median"]
+        g = results[f"unscale_clip_gpuopt{suffix}"]["median"]
+        print(
+            f"RESULT: amp unscale_+clip_grad_norm_ ({what}): torch {t:.3f} ms, gpuopt "
+            f"unscale_and_clip_ {g:.3f} ms, speed-up {t / g:.2f}x (target 2.5x)"
+        )
+    del params
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+        self.attn = torch.nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim)
+        )
+
+    def forward(self, x, mask):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(torch.nn.Module):
+    """GPT-2-small-shaped: 12 layers, width 768, vocabulary 32000 (~110M parameters)."""
+
+    def __init__(self, vocab=32000, dim=768, layers=12, heads=12, context=512):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.position = torch.nn.Parameter(torch.zeros(context, dim))
+        self.blocks = torch.nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens):
+        n = tokens.shape[1]
+        mask = torch.triu(torch.full((n, n), float("-inf"), device=tokens.device), diagonal=1)
+        x = self.embed(tokens) + self.position[:n]
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(self.ln(x))
+
+
+def bench_training_step(args, results):
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 32000, (args.batch, args.context + 1), device="cuda")
+    for fused in (False, True):
+        for name, make in (("torch", lambda: torch.amp.GradScaler("cuda")), ("gpuopt", GradScaler)):
+            model = TinyGPT(context=args.context).cuda()
+            parameters = sum(p.numel() for p in model.parameters())
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
+            scaler = make()
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast("cuda", dtype=torch.float16):
+                    logits = model(tokens[:, :-1])
+                    loss = torch.nn.functional.cross_entropy(
+                        logits.reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1)
+                    )
+                scaler.scale(loss).backward()
+                if name == "torch":
+                    scaler.unscale_(opt)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+                else:
+                    scaler.unscale_and_clip_(opt, 1.0)
+                scaler.step(opt)
+                scaler.update()
+
+            samples = time_ms(lambda: None, step, args.repeats, args.warmup)
+            # Host synchronisations of one step, as torch's sync debug mode reports them.
+            torch.cuda.synchronize()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    step()
+                finally:
+                    torch.cuda.set_sync_debug_mode(0)
+            syncs = sum("synchroniz" in str(w.message).lower() for w in caught)
+            key = f"train_step_{name}_{'fused' if fused else 'nonfused'}"
+            results[key] = {**summary(samples), "host_syncs": syncs, "parameters": parameters}
+            del model, opt
+            torch.cuda.empty_cache()
+    for kind in ("nonfused", "fused"):
+        t = results[f"train_step_torch_{kind}"]
+        g = results[f"train_step_gpuopt_{kind}"]
+        print(
+            f"RESULT: amp training step GPT {t['parameters'] / 1e6:.0f}M params batch "
+            f"{args.batch}x{args.context} AdamW {kind} + clip: torch {t['median']:.2f} ms "
+            f"({t['host_syncs']} syncs), gpuopt {g['median']:.2f} ms ({g['host_syncs']} syncs)"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bytes", type=int, default=2**30, help="gradient bytes (fp32)")
+    parser.add_argument("--tensors", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--out", default=None, help="JSON file for every sample")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("RESULT: amp bench skipped: no CUDA device")
+        return 0
+    results: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    bench_unscale(args, results)
+    if not args.skip_training:
+        bench_training_step(args, results)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
