@@ -45,3 +45,18 @@ def test_gptq_layer_example_runs_on_the_gpu():
     assert done.returncode == 0, done.stderr
     error = float(done.stdout.split("max |y - CPU twin| / max |twin| = ")[1].split()[0])
     assert error < 2e-2, done.stdout
+
+
+@requires_gpu
+def test_training_loop_example_learns_on_the_gpu():
+    done = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, "train_loop.py"), "--epochs", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    losses = [float(line.split()[3]) for line in done.stdout.splitlines() if line.startswith("epoch")]
+    assert len(losses) == 3, done.stdout
+    # Random labels: the model can only memorise, but three epochs of AdamW must lower the loss.
+    assert all(loss == loss for loss in losses) and losses[-1] < losses[0], done.stdout
