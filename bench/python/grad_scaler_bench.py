@@ -82,7 +82,24 @@ def bench_unscale(args, results):
 
             key = f"unscale_clip_{name}{'_fusedopt' if fused else ''}"
             results[key] = summary(time_ms(reset, clip_work, args.repeats, args.warmup))
+    # The memory ceiling in the same run: an in-place multiply over the same tensors (the bytes an
+    # unscale must move: read and write each gradient once) and a read-only norm (what a pass that
+    # defers the multiply into the optimizer moves).
+    grads = [p.grad for p in params]
+    results["foreach_mul_reference"] = summary(
+        time_ms(lambda: None, lambda: torch._foreach_mul_(grads, 1.0), args.repeats, args.warmup)
+    )
+    results["foreach_norm_reference"] = summary(
+        time_ms(lambda: None, lambda: torch._foreach_norm(grads), args.repeats, args.warmup)
+    )
     gib = args.bytes / 2**30
+    m = results["foreach_mul_reference"]["median"]
+    n = results["foreach_norm_reference"]["median"]
+    print(
+        f"RESULT: amp references {gib:.2f} GiB fp32 in {args.tensors} tensors: in-place "
+        f"_foreach_mul_ {m:.3f} ms ({2 * args.bytes / m / 1e9:.0f} GB/s), read-only "
+        f"_foreach_norm {n:.3f} ms ({args.bytes / n / 1e9:.0f} GB/s)"
+    )
     for suffix, what in (("", "non-fused optimizer"), ("_fusedopt", "fused AdamW")):
         t = results[f"unscale_torch{suffix}"]["median"]
         g = results[f"unscale_gpuopt{suffix}"]["median"]
@@ -161,6 +178,15 @@ def bench_training_step(args, results):
                 scaler.update()
 
             samples = time_ms(lambda: None, step, args.repeats, args.warmup)
+            if args.profile:  # where the step's GPU time goes, per op
+                with torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CUDA]
+                ) as profiler:
+                    for _ in range(3):
+                        step()
+                    torch.cuda.synchronize()
+                print(f"profile {name} {'fused' if fused else 'nonfused'} (3 steps):")
+                print(profiler.key_averages().table(sort_by="cuda_time_total", row_limit=12))
             # Host synchronisations of one step, as torch's sync debug mode reports them.
             torch.cuda.synchronize()
             with warnings.catch_warnings(record=True) as caught:
@@ -194,6 +220,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="print a torch profile per step")
     parser.add_argument("--out", default=None, help="JSON file for every sample")
     args = parser.parse_args()
     if not torch.cuda.is_available():

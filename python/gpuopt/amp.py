@@ -171,6 +171,13 @@ class GradScaler(torch.amp.GradScaler):
                     continue
                 if (not allow_fp16) and grad.dtype == torch.float16:
                     raise ValueError("Attempting to unscale FP16 gradients.")
+                if grad.dtype == torch.bfloat16 and grad.device.type == "cuda":
+                    # torch's CUDA unscale has no bf16 kernel (NotImplementedError): refuse as it
+                    # does, so a loop behaves the same with either scaler.
+                    raise NotImplementedError(
+                        "Attempting to unscale BFloat16 gradients on CUDA: torch.amp.GradScaler "
+                        "does not implement it either; keep AMP gradients in float32"
+                    )
                 where = f"param_groups[{group_index}]['params'][{param_index}]"
                 if grad.is_sparse or grad.layout != torch.strided:
                     raise InvalidArgumentError(

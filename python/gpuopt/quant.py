@@ -377,6 +377,11 @@ def _make_linear_class() -> type:
             y = y.reshape(*leading, self.out_features)
             return y + self.bias if self.bias is not None else y
 
+        def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            # .to(), .cuda(), .half(), ... give the buffers new storage: plan again on next use.
+            self._eager_plans.clear()
+            return super()._apply(fn, *args, **kwargs)
+
         def _run_eager(self, x2d: torch.Tensor) -> torch.Tensor:
             # The plan of this layer for this M, called directly: the custom op's Python dispatch
             # costs tens of microseconds per call, longer than the kernel at M=1 on most shapes.

@@ -25,7 +25,7 @@ python3 -m pytest "$repo/tests/python/test_amp.py" "$repo/tests/python/test_amp_
 rc=${PIPESTATUS[0]}
 summary=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|skipped)' "$out/pytest.log" | tail -1 | tr -d '=')
 echo "RESULT: amp pytest: ${summary:-no summary} (exit $rc)"
-python3 "$repo/bench/python/grad_scaler_bench.py" --out "$out/grad_scaler_bench.json" 2>&1 |
+python3 "$repo/bench/python/grad_scaler_bench.py" --profile --out "$out/grad_scaler_bench.json" 2>&1 |
   tee "$out/grad_scaler_bench.log" | grep '^RESULT:'
 bench_rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]

@@ -263,14 +263,15 @@ def test_fp16_gradients_are_refused_as_torch():
         ours.unscale_(opt)
 
 
-def test_bf16_gradients_are_unscaled_as_torch():
+def test_bf16_gradients_are_refused_as_torch_refuses_them():
     grads = [torch.randn(1000, device="cuda").to(torch.bfloat16) * 1024 for _ in range(3)]
     reference = [g.clone() for g in grads]
     ours, theirs = GradScaler("cuda", init_scale=3.0), torch.amp.GradScaler("cuda", init_scale=3.0)
     for scaler, gs in ((ours, grads), (theirs, reference)):
         scaler.scale(torch.ones((), device="cuda"))
-        scaler.unscale_(torch.optim.SGD(params_with_grads(gs), lr=0.1))
-    for g, r in zip(grads, reference):
+        with pytest.raises(NotImplementedError):  # torch 2.11 has no bf16 CUDA unscale kernel
+            scaler.unscale_(torch.optim.SGD(params_with_grads(gs), lr=0.1))
+    for g, r in zip(grads, reference):  # neither touched the gradients
         assert torch.equal(g, r)
 
 
