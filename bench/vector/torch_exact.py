@@ -7,9 +7,12 @@ exact fp32 formulations (TF32 off): `matmul` (||q||^2 - 2 q.x^T + ||x||^2, then 
 CUDA-event-timed runs after warm-up for each, and the faster one as "best". With --truth, also
 computes float64 ground truth (distances of the true k nearest, ascending) in query chunks and
 saves it, and with --check checks another engine's ids (.npy [nq, k]) against that truth.
+With --batch1 N, also times N single queries the way a caller sees them (wall clock: the host
+query uploaded, matmul + topk, the result downloaded) and reports p50/p99 per query.
 """
 import argparse
 import json
+import time
 
 import numpy as np
 import torch
@@ -28,6 +31,26 @@ def time_it(fn, repeat):
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e))
     return times
+
+
+def time_single_queries(base, base_norms, queries_host, k, count, dev):
+    """Wall-clock microseconds per single query: upload, matmul + topk, download (p50, p99)."""
+    def one(i):
+        q = torch.from_numpy(queries_host[i:i + 1]).to(dev, non_blocking=False)
+        d = (q * q).sum(1, keepdim=True) - 2.0 * q @ base.T + base_norms
+        found = torch.topk(d, k, dim=1, largest=False, sorted=True)
+        return found.indices.cpu(), found.values.cpu()
+    for i in range(10):
+        one(i % len(queries_host))
+    torch.cuda.synchronize()
+    us = []
+    for i in range(count):
+        start = time.perf_counter()
+        one(i % len(queries_host))
+        us.append((time.perf_counter() - start) * 1e6)
+    us.sort()
+    return {"p50_us": us[len(us) // 2], "p99_us": us[len(us) * 99 // 100], "min_us": us[0],
+            "calls": len(us)}
 
 
 def float64_truth(base, queries, k, chunk=100):
@@ -52,6 +75,10 @@ def main():
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--ids", help="write the best variant's result ids here (.npy)")
+    p.add_argument("--batch1", type=int, default=0,
+                   help="also time this many single queries, wall clock per query")
+    p.add_argument("--skip-batch", action="store_true",
+                   help="only the single-query timing (with --batch1)")
     p.add_argument("--check", help="ids of another engine ([nq, k]; .npy, else raw int64) to check "
                    "against float64 truth")
     a = p.parse_args()
@@ -75,6 +102,14 @@ def main():
         d = torch.cdist(queries, base)  # Euclidean; its square ranks the same
         return torch.topk(d, a.k, dim=1, largest=False, sorted=False)
 
+    if a.skip_batch:
+        result = {"engine": "torch-exact-matmul", "rows": int(base.shape[0]),
+                  "dim": int(base.shape[1]), "k": a.k, "torch": torch.__version__,
+                  "device": torch.cuda.get_device_name(),
+                  "batch1": time_single_queries(base, base_norms, queries.cpu().numpy(), a.k,
+                                                a.batch1, dev)}
+        print(json.dumps(result))
+        return
     variants = {}
     for name, fn in (("matmul", by_matmul), ("cdist", by_cdist)):
         times = time_it(fn, a.repeat)
@@ -86,6 +121,9 @@ def main():
               "tf32": torch.backends.cuda.matmul.allow_tf32, "rows": int(base.shape[0]),
               "dim": int(base.shape[1]), "queries": int(queries.shape[0]), "k": a.k,
               "torch": torch.__version__, "device": torch.cuda.get_device_name()}
+    if a.batch1 > 0:
+        result["batch1"] = time_single_queries(base, base_norms, queries.cpu().numpy(), a.k,
+                                               a.batch1, dev)
     if a.ids:
         found = (by_matmul if best == "matmul" else by_cdist)()
         np.save(a.ids, found.indices.cpu().numpy().astype(np.int64))

@@ -221,17 +221,18 @@ struct SingleFigures {
   double qps = 0, p50_ms = 0, p99_ms = 0;
 };
 
-// The first `count` queries one at a time: per-query latency percentiles at batch 1.
-StatusOr<SingleFigures> time_singles(const SearchFn& search, std::size_t count) {
+// The first `count` queries `batch` at a time (batch 1 by default): per-call latency percentiles.
+StatusOr<SingleFigures> time_singles(const SearchFn& search, std::size_t count,
+                                     std::size_t batch = 1) {
   SingleFigures figures;
   figures.queries = count;
-  if (count == 0) return figures;
-  GPUOPT_RETURN_IF_ERROR(search(0, 1).status());  // warm-up
+  if (count < batch || batch == 0) return figures;
+  GPUOPT_RETURN_IF_ERROR(search(0, batch).status());  // warm-up
   std::vector<double> latencies_ms;
   double total = 0;
-  for (std::size_t q = 0; q < count; ++q) {
+  for (std::size_t q = 0; q + batch <= count; q += batch) {
     auto start = Clock::now();
-    GPUOPT_RETURN_IF_ERROR(search(q, 1).status());
+    GPUOPT_RETURN_IF_ERROR(search(q, batch).status());
     double seconds = seconds_since(start);
     total += seconds;
     latencies_ms.push_back(seconds * 1e3);
@@ -239,7 +240,7 @@ StatusOr<SingleFigures> time_singles(const SearchFn& search, std::size_t count) 
   Summary summary = summarize(latencies_ms);
   figures.p50_ms = summary.median;
   figures.p99_ms = summary.p99;
-  figures.qps = total > 0 ? static_cast<double>(count) / total : 0;
+  figures.qps = total > 0 ? static_cast<double>(latencies_ms.size() * batch) / total : 0;
   return figures;
 }
 
@@ -544,6 +545,17 @@ class ExactGpuTestcase final : public VectorTestcase {
       GPUOPT_ASSIGN_OR_RETURN(BatchFigures batch,
                               time_batches(search, d.query_rows, 1000, batch_repeats(*fixture_)));
       GPUOPT_ASSIGN_OR_RETURN(SingleFigures single, time_singles(search, single_count(*fixture_)));
+      // Small batches (the small-batch path answers up to 16 queries): per-call percentiles.
+      nlohmann::json small_batches = nlohmann::json::array();
+      for (std::size_t size : {std::size_t{4}, std::size_t{16}}) {
+        GPUOPT_ASSIGN_OR_RETURN(SingleFigures small,
+                                time_singles(search, single_count(*fixture_), size));
+        if (small.qps == 0) continue;
+        small_batches.push_back({{"batch", size},
+                                 {"qps", small.qps},
+                                 {"p50_ms", small.p50_ms},
+                                 {"p99_ms", small.p99_ms}});
+      }
       Recall recall = score(*fixture_, batch.found);
       if (precision == vector::GpuPrecision::kFp32 && recall.distance < 1.0) exact_ok = false;
       rows.push_back({{"precision", name},
@@ -552,7 +564,8 @@ class ExactGpuTestcase final : public VectorTestcase {
                       {"batch_qps", batch.qps},
                       {"batch1_qps", single.qps},
                       {"p50_ms", single.p50_ms},
-                      {"p99_ms", single.p99_ms}});
+                      {"p99_ms", single.p99_ms},
+                      {"small_batches", small_batches}});
       result.table.rows.push_back({name, fixed(recall.ids, 4), fixed(recall.distance, 4),
                                    fixed(batch.qps, 0), fixed(single.qps, 0),
                                    fixed(single.p50_ms, 3), fixed(single.p99_ms, 3)});

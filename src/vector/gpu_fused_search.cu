@@ -40,7 +40,6 @@ namespace gpuopt::vector::detail {
 namespace {
 
 constexpr int kTileRows = 64;  // database rows per shared-memory tile
-constexpr float kFloatSlack = 0x1p-18f;
 constexpr std::uint32_t kNoRow = 0xffffffffu;
 
 // ---- small PTX helpers (sm_80+) ----
@@ -59,48 +58,6 @@ __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], unsigned addr
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
-}
-
-// D = A * B + D for one 16x8x16 fp16 tile with fp32 accumulation.
-__device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4],
-                                          std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Monotone map of floats to unsigned keys (for the k-th-smallest search).
-__device__ __forceinline__ std::uint32_t orderable(float f) {
-  std::uint32_t bits = __float_as_uint(f);
-  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-}
-__device__ __forceinline__ float from_orderable(std::uint32_t key) {
-  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
-
-// Distance bounds of one (query, row) pair from the approximate cosine (see the file comment).
-struct Bounds {
-  float lower, upper;
-};
-__device__ __forceinline__ Bounds distance_bounds(int metric, float approx, float eps,
-                                                  float query_norm, float query_squared,
-                                                  float row_norm, float row_squared) {
-  float base, error;
-  if (metric == 0) {
-    float p = query_norm * row_norm;
-    base = query_squared + row_squared - 2.0f * p * approx;
-    error = 2.0f * p * eps + kFloatSlack * (query_squared + row_squared + 2.0f * p);
-  } else if (metric == 1) {
-    float p = query_norm * row_norm;
-    base = -p * approx;
-    error = p * (eps + kFloatSlack);
-  } else {
-    base = 1.0f - approx;
-    error = eps + kFloatSlack;
-  }
-  return {base - error, base + error};
 }
 
 // ---- row / query preparation ----

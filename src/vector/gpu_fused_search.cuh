@@ -51,6 +51,53 @@ struct FusedRows {
   int metric = 0;  // 0 = L2, 1 = inner product, 2 = cosine
 };
 
+// ---- device helpers shared by the fused and the small-batch kernels ----
+
+inline constexpr float kFloatSlack = 0x1p-18f;  // fp32 evaluation slack of the distance bounds
+
+// D = A * B + D for one 16x8x16 fp16 tile with fp32 accumulation.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4],
+                                          std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Monotone map of floats to unsigned keys (for the k-th-smallest search).
+__device__ __forceinline__ std::uint32_t orderable(float f) {
+  std::uint32_t bits = __float_as_uint(f);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+__device__ __forceinline__ float from_orderable(std::uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+// Distance bounds of one (query, row) pair from the approximate cosine (derivation at the top of
+// gpu_fused_search.cu).
+struct Bounds {
+  float lower, upper;
+};
+__device__ __forceinline__ Bounds distance_bounds(int metric, float approx, float eps,
+                                                  float query_norm, float query_squared,
+                                                  float row_norm, float row_squared) {
+  float base, error;
+  if (metric == 0) {
+    float p = query_norm * row_norm;
+    base = query_squared + row_squared - 2.0f * p * approx;
+    error = 2.0f * p * eps + kFloatSlack * (query_squared + row_squared + 2.0f * p);
+  } else if (metric == 1) {
+    float p = query_norm * row_norm;
+    base = -p * approx;
+    error = p * (eps + kFloatSlack);
+  } else {
+    base = 1.0f - approx;
+    error = eps + kFloatSlack;
+  }
+  return {base - error, base + error};
+}
+
 class FusedSearch {
  public:
   // queries: device [query_count, dim] fp32. Writes device [query_count, k] results and sets

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdio>
+#include <cstring>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gpu_fused_search.cuh"
+#include "gpu_small_batch.cuh"
 #include "gpuopt/core/cuda_check.hpp"
 #include "gpuopt/vector/gpu_search.hpp"
 
@@ -243,6 +245,37 @@ int metric_code(Metric metric) {
   return metric == Metric::kL2 ? 0 : metric == Metric::kInnerProduct ? 1 : 2;
 }
 
+// Pinned host memory (cudaHostAlloc), grown on demand; the contents are not kept.
+struct PinnedBuffer {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  ~PinnedBuffer() {
+    if (data != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaFreeHost(data));
+  }
+  Status reserve(std::size_t wanted) {
+    if (wanted <= bytes) return ok_status();
+    if (data != nullptr) GPUOPT_CUDA_TRY(cudaFreeHost(data));
+    data = nullptr;
+    bytes = 0;
+    GPUOPT_CUDA_TRY(cudaHostAlloc(&data, wanted, cudaHostAllocDefault));
+    bytes = wanted;
+    return ok_status();
+  }
+};
+
+// The small-batch path's device outputs, packed so that one copy brings them back:
+// float distance [count], then std::uint64_t position [count], then std::int32_t overflow
+// [queries].
+struct PackedResults {
+  std::size_t distance_offset = 0, position_offset = 0, overflow_offset = 0, bytes = 0;
+  PackedResults(std::size_t queries, std::size_t k) {
+    const std::size_t count = queries * k;
+    position_offset = (count * sizeof(float) + 7) / 8 * 8;
+    overflow_offset = position_offset + count * sizeof(std::uint64_t);
+    bytes = overflow_offset + queries * sizeof(std::int32_t);
+  }
+};
+
 }  // namespace
 
 struct GpuDataset::State {
@@ -263,6 +296,15 @@ struct GpuDataset::State {
   DeviceBuffer overflow;
   detail::FusedSearch fused;
   std::vector<std::uint64_t> ids;  // [rows] on the host: what search() reports for each row
+  DeviceBuffer device_ids;         // std::uint64_t [capacity]: the same ids on the device
+  std::size_t memory_budget = 0;   // bytes the row buffers may take; 0 = no cap
+  std::uint64_t mask_version = 0;  // GpuSearchOptions::allow_mask_version of `mask`'s contents
+  std::size_t mask_words = 0;
+  // Small-batch path: its kernels' scratch, the packed device outputs, pinned staging for the
+  // query upload and the result download (one copy each way).
+  detail::SmallBatchSearch small;
+  DeviceBuffer small_out;
+  PinnedBuffer pinned_queries, pinned_results, pinned_flags;
   ~State() {
     if (cublas != nullptr) cublasDestroy(cublas);
     if (own_stream != nullptr) GPUOPT_CUDA_TRY_NO_THROW(cudaStreamDestroy(own_stream));
@@ -290,6 +332,16 @@ struct GpuDataset::State {
   Status reserve_rows(std::size_t needed, cudaStream_t stream) {
     if (needed <= capacity) return ok_status();
     std::size_t bigger = std::max(needed, 2 * capacity);
+    const std::size_t per_row = GpuDataset::device_bytes_per_row(dim);
+    if (memory_budget > 0) {
+      if (needed * per_row > memory_budget) {
+        return resource_exhausted(
+            message("GPU dataset: %zu rows x %zu dimensions need %zu bytes of device memory, "
+                    "above the budget of %zu bytes",
+                    needed, dim, needed * per_row, memory_budget));
+      }
+      bigger = std::max(needed, std::min(bigger, memory_budget / per_row));
+    }
     GPUOPT_RETURN_IF_ERROR(grow_buffer<float>(vectors, rows * dim, bigger * dim, stream));
     GPUOPT_RETURN_IF_ERROR(grow_buffer<float>(norms, rows, bigger, stream));
     GPUOPT_RETURN_IF_ERROR(grow_buffer<float>(row_norms, rows, bigger, stream));
@@ -297,6 +349,7 @@ struct GpuDataset::State {
       GPUOPT_RETURN_IF_ERROR(
           grow_buffer<__half>(scaled, rows * padded_dim, bigger * padded_dim, stream));
     }
+    GPUOPT_RETURN_IF_ERROR(grow_buffer<std::uint64_t>(device_ids, rows, bigger, stream));
     capacity = bigger;
     return ok_status();
   }
@@ -321,6 +374,9 @@ struct GpuDataset::State {
     } else {
       ids.insert(ids.end(), row_ids.begin(), row_ids.end());
     }
+    // Pageable source: the call returns once the ids are staged, so `ids` may grow afterwards.
+    GPUOPT_CUDA_TRY(cudaMemcpyAsync(device_ids.data_as<std::uint64_t>() + rows, ids.data() + rows,
+                                    count * sizeof(std::uint64_t), cudaMemcpyHostToDevice, stream));
     rows += count;
     return ok_status();
   }
@@ -332,7 +388,29 @@ struct GpuDataset::State {
   // The cuBLAS path. `mask_device`: device bitset or null.
   Status tiled_search(const float* host_queries, std::size_t query_count, std::size_t k, bool tf32,
                       std::size_t tile_rows_option, const std::uint64_t* mask_device,
-                      GpuSearchResult& result, cudaStream_t stream);
+                      GpuSearchResult& result, cudaStream_t stream,
+                      cudaMemcpyKind query_kind = cudaMemcpyHostToDevice);
+
+  // The device bitset for `options` (the caller's, or the host one copied), or null.
+  StatusOr<const std::uint64_t*> device_mask(const GpuSearchOptions& options, cudaStream_t stream);
+  detail::FusedRows fused_rows(const std::uint64_t* mask_device) const;
+  bool fused_applies(const GpuSearchOptions& options) const {
+    return options.precision == GpuPrecision::kFp32 && padded_dim > 0 &&
+           options.k <= detail::kFusedMaxK && rows < (std::size_t{1} << 31);
+  }
+  bool small_batch_applies(const GpuSearchOptions& options, std::size_t query_count) const {
+    return fused_applies(options) &&
+           query_count <= std::min(options.small_batch_max_queries, kGpuSmallBatchMaxQueries);
+  }
+  // Answers the host queries flagged in `overflow` with the cuBLAS fp32 path, into `result`.
+  Status redo_overflowed(const float* queries, const std::int32_t* overflow,
+                         std::size_t query_count, const GpuSearchOptions& options,
+                         const std::uint64_t* mask_device, GpuSearchResult& result,
+                         cudaStream_t stream);
+  // The small-batch path for host queries: one pinned upload, two kernels, one pinned download.
+  Status small_batch_search(const float* queries, std::size_t query_count,
+                            const GpuSearchOptions& options, const std::uint64_t* mask_device,
+                            GpuSearchResult& result, cudaStream_t stream);
 };
 
 GpuDataset::GpuDataset(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -415,7 +493,7 @@ Status GpuDataset::append_dlpack(const DLTensor& tensor, void* stream,
 Status GpuDataset::State::tiled_search(const float* host_queries, std::size_t query_count,
                                        std::size_t k, bool tf32, std::size_t tile_rows_option,
                                        const std::uint64_t* mask_device, GpuSearchResult& result,
-                                       cudaStream_t stream) {
+                                       cudaStream_t stream, cudaMemcpyKind query_kind) {
   State& s = *this;
   const std::size_t count = tf32 ? std::min<std::size_t>(kMaxCandidates, 4 * k) : k;
   const std::size_t tile_rows = std::clamp<std::size_t>(tile_rows_option, 256, 1 << 20);
@@ -434,8 +512,7 @@ Status GpuDataset::State::tiled_search(const float* host_queries, std::size_t qu
   GPUOPT_RETURN_IF_ERROR(reserve<float>(s.final_distance, query_count * k));
   GPUOPT_RETURN_IF_ERROR(reserve<std::uint64_t>(s.final_position, query_count * k));
   GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.queries.data_as<float>(), host_queries,
-                                  query_count * dim * sizeof(float), cudaMemcpyHostToDevice,
-                                  stream));
+                                  query_count * dim * sizeof(float), query_kind, stream));
   k_squared_norms_f32<<<static_cast<unsigned>((query_count * 32 + 255) / 256), 256, 0, stream>>>(
       s.queries.data_as<float>(), query_count, static_cast<int>(dim),
       s.query_norms.data_as<float>());
@@ -507,6 +584,101 @@ StatusOr<GpuSearchResult> GpuDataset::search(const float* queries, std::size_t q
   return result;
 }
 
+StatusOr<const std::uint64_t*> GpuDataset::State::device_mask(const GpuSearchOptions& options,
+                                                              cudaStream_t stream) {
+  if (options.device_allow_mask != nullptr) return options.device_allow_mask;
+  if (options.allow_mask == nullptr) return static_cast<const std::uint64_t*>(nullptr);
+  const std::size_t words = (rows + 63) / 64;
+  if (options.allow_mask_version != 0 && options.allow_mask_version == mask_version &&
+      words == mask_words) {
+    return mask.data_as<std::uint64_t>();
+  }
+  mask_version = 0;
+  GPUOPT_RETURN_IF_ERROR(reserve<std::uint64_t>(mask, words));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(mask.data_as<std::uint64_t>(), options.allow_mask,
+                                  words * sizeof(std::uint64_t), cudaMemcpyHostToDevice, stream));
+  mask_version = options.allow_mask_version;
+  mask_words = words;
+  return mask.data_as<std::uint64_t>();
+}
+
+detail::FusedRows GpuDataset::State::fused_rows(const std::uint64_t* mask_device) const {
+  detail::FusedRows r;
+  r.vectors = vectors.data_as<float>();
+  r.squared_norm = norms.data_as<float>();
+  r.norm = row_norms.data_as<float>();
+  r.scaled = scaled.data_as<__half>();
+  r.allow_mask = mask_device;
+  r.rows = rows;
+  r.dim = static_cast<int>(dim);
+  r.padded_dim = padded_dim;
+  r.metric = metric_code(metric);
+  return r;
+}
+
+Status GpuDataset::State::redo_overflowed(const float* queries, const std::int32_t* overflow,
+                                          std::size_t query_count, const GpuSearchOptions& options,
+                                          const std::uint64_t* mask_device, GpuSearchResult& result,
+                                          cudaStream_t stream) {
+  const std::size_t k = options.k;
+  std::vector<std::size_t> redo;
+  for (std::size_t q = 0; q < query_count; ++q) {
+    if (overflow[q] != 0) redo.push_back(q);
+  }
+  if (redo.empty()) return ok_status();
+  std::vector<float> subset(redo.size() * dim);
+  for (std::size_t i = 0; i < redo.size(); ++i) {
+    std::copy_n(queries + redo[i] * dim, dim, subset.data() + i * dim);
+  }
+  GpuSearchResult partial;
+  partial.positions.assign(redo.size() * k, kNoPosition);
+  partial.distances.assign(redo.size() * k, FLT_MAX);
+  GPUOPT_RETURN_IF_ERROR(tiled_search(subset.data(), redo.size(), k, false, options.tile_rows,
+                                      mask_device, partial, stream));
+  for (std::size_t i = 0; i < redo.size(); ++i) {
+    std::copy_n(partial.positions.data() + i * k, k, result.positions.data() + redo[i] * k);
+    std::copy_n(partial.distances.data() + i * k, k, result.distances.data() + redo[i] * k);
+  }
+  result.fallback_queries = redo.size();
+  return ok_status();
+}
+
+Status GpuDataset::State::small_batch_search(const float* queries, std::size_t query_count,
+                                             const GpuSearchOptions& options,
+                                             const std::uint64_t* mask_device,
+                                             GpuSearchResult& result, cudaStream_t stream) {
+  const std::size_t k = options.k;
+  const std::size_t query_bytes = query_count * dim * sizeof(float);
+  const PackedResults packed(query_count, k);
+  const PackedResults largest(kGpuSmallBatchMaxQueries, kGpuMaxK);
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(this->queries, kGpuSmallBatchMaxQueries * dim));
+  GPUOPT_RETURN_IF_ERROR(reserve<unsigned char>(small_out, largest.bytes));
+  GPUOPT_RETURN_IF_ERROR(pinned_queries.reserve(kGpuSmallBatchMaxQueries * dim * sizeof(float)));
+  GPUOPT_RETURN_IF_ERROR(pinned_results.reserve(largest.bytes));
+  std::memcpy(pinned_queries.data, queries, query_bytes);
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(this->queries.data(), pinned_queries.data, query_bytes,
+                                  cudaMemcpyHostToDevice, stream));
+  auto* out = small_out.data_as<unsigned char>();
+  GPUOPT_RETURN_IF_ERROR(
+      small.run(fused_rows(mask_device), nullptr, this->queries.data_as<float>(), query_count,
+                static_cast<int>(k), reinterpret_cast<float*>(out + packed.distance_offset),
+                reinterpret_cast<std::uint64_t*>(out + packed.position_offset), nullptr,
+                reinterpret_cast<std::int32_t*>(out + packed.overflow_offset), stream));
+  GPUOPT_CUDA_TRY(
+      cudaMemcpyAsync(pinned_results.data, out, packed.bytes, cudaMemcpyDeviceToHost, stream));
+  GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
+  const auto* back = static_cast<const unsigned char*>(pinned_results.data);
+  std::memcpy(result.distances.data(), back + packed.distance_offset,
+              query_count * k * sizeof(float));
+  std::memcpy(result.positions.data(), back + packed.position_offset,
+              query_count * k * sizeof(std::uint64_t));
+  std::int32_t overflow[kGpuSmallBatchMaxQueries];
+  std::memcpy(overflow, back + packed.overflow_offset, query_count * sizeof(std::int32_t));
+  result.fused = true;
+  result.small_batch = true;
+  return redo_overflowed(queries, overflow, query_count, options, mask_device, result, stream);
+}
+
 StatusOr<GpuSearchResult> GpuDataset::State::search_positions(const float* queries,
                                                               std::size_t query_count,
                                                               const GpuSearchOptions& options,
@@ -523,17 +695,13 @@ StatusOr<GpuSearchResult> GpuDataset::State::search_positions(const float* queri
   result.distances.assign(query_count * k, FLT_MAX);
   if (query_count == 0 || s.rows == 0) return result;
   GPUOPT_CUDA_TRY(cudaSetDevice(s.device));
-  const std::uint64_t* mask_device = nullptr;
-  if (options.allow_mask != nullptr) {
-    const std::size_t words = (s.rows + 63) / 64;
-    GPUOPT_RETURN_IF_ERROR(reserve<std::uint64_t>(s.mask, words));
-    GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.mask.data_as<std::uint64_t>(), options.allow_mask,
-                                    words * sizeof(std::uint64_t), cudaMemcpyHostToDevice, stream));
-    mask_device = s.mask.data_as<std::uint64_t>();
+  GPUOPT_ASSIGN_OR_RETURN(const std::uint64_t* mask_device, s.device_mask(options, stream));
+  if (s.small_batch_applies(options, query_count)) {
+    GPUOPT_RETURN_IF_ERROR(
+        s.small_batch_search(queries, query_count, options, mask_device, result, stream));
+    return result;
   }
-  const bool fused = options.precision == GpuPrecision::kFp32 && s.padded_dim > 0 &&
-                     k <= detail::kFusedMaxK && s.rows < (std::size_t{1} << 31);
-  if (!fused) {
+  if (!s.fused_applies(options)) {
     GPUOPT_RETURN_IF_ERROR(s.tiled_search(queries, query_count, k,
                                           options.precision == GpuPrecision::kTf32Rerank,
                                           options.tile_rows, mask_device, result, stream));
@@ -546,20 +714,10 @@ StatusOr<GpuSearchResult> GpuDataset::State::search_positions(const float* queri
   GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.queries.data_as<float>(), queries,
                                   query_count * s.dim * sizeof(float), cudaMemcpyHostToDevice,
                                   stream));
-  detail::FusedRows rows;
-  rows.vectors = s.vectors.data_as<float>();
-  rows.squared_norm = s.norms.data_as<float>();
-  rows.norm = s.row_norms.data_as<float>();
-  rows.scaled = s.scaled.data_as<__half>();
-  rows.allow_mask = mask_device;
-  rows.rows = s.rows;
-  rows.dim = static_cast<int>(s.dim);
-  rows.padded_dim = s.padded_dim;
-  rows.metric = metric_code(s.metric);
-  Status status =
-      s.fused.run(rows, s.queries.data_as<float>(), query_count, static_cast<int>(k),
-                  s.final_distance.data_as<float>(), s.final_position.data_as<std::uint64_t>(),
-                  s.overflow.data_as<std::int32_t>(), stream);
+  Status status = s.fused.run(s.fused_rows(mask_device), s.queries.data_as<float>(), query_count,
+                              static_cast<int>(k), s.final_distance.data_as<float>(),
+                              s.final_position.data_as<std::uint64_t>(),
+                              s.overflow.data_as<std::int32_t>(), stream);
   if (status.code() == StatusCode::kUnavailable) {
     // This GPU cannot hold the fused kernel's shared memory: the cuBLAS path answers.
     GPUOPT_RETURN_IF_ERROR(s.tiled_search(queries, query_count, k, false, options.tile_rows,
@@ -579,28 +737,187 @@ StatusOr<GpuSearchResult> GpuDataset::State::search_positions(const float* queri
   GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
   result.fused = true;
   // Queries with more near-ties than the candidate lists hold: the cuBLAS fp32 path answers them.
-  std::vector<std::size_t> redo;
-  for (std::size_t q = 0; q < query_count; ++q) {
-    if (overflow[q] != 0) redo.push_back(q);
-  }
-  if (!redo.empty()) {
-    std::vector<float> subset(redo.size() * s.dim);
-    for (std::size_t i = 0; i < redo.size(); ++i) {
-      std::copy_n(queries + redo[i] * s.dim, s.dim, subset.data() + i * s.dim);
-    }
-    GpuSearchResult partial;
-    partial.positions.assign(redo.size() * k, kNoPosition);
-    partial.distances.assign(redo.size() * k, FLT_MAX);
-    GPUOPT_RETURN_IF_ERROR(s.tiled_search(subset.data(), redo.size(), k, false, options.tile_rows,
-                                          mask_device, partial, stream));
-    for (std::size_t i = 0; i < redo.size(); ++i) {
-      std::copy_n(partial.positions.data() + i * k, k, result.positions.data() + redo[i] * k);
-      std::copy_n(partial.distances.data() + i * k, k, result.distances.data() + redo[i] * k);
-    }
-    result.fallback_queries = redo.size();
-  }
+  GPUOPT_RETURN_IF_ERROR(s.redo_overflowed(queries, overflow.data(), query_count, options,
+                                           mask_device, result, stream));
   return result;
 }
+
+Status GpuDataset::search_device(const float* device_queries, std::size_t query_count,
+                                 const GpuSearchOptions& options, const GpuDeviceResults& results,
+                                 void* stream_pointer) {
+  State& s = *state_;
+  cudaStream_t stream = s.resolve(stream_pointer);
+  const std::size_t k = options.k;
+  if (k == 0 || k > std::size_t(kMaxCandidates)) {
+    return invalid_argument(message("GPU search_device: k %zu must be 1..%d", k, kMaxCandidates));
+  }
+  if (query_count == 0) return ok_status();
+  if (device_queries == nullptr) return invalid_argument("GPU search_device: queries is null");
+  if (results.distances == nullptr && results.ids == nullptr && results.positions == nullptr) {
+    return invalid_argument("GPU search_device: no output array given");
+  }
+  GPUOPT_CUDA_TRY(cudaSetDevice(s.device));
+  cudaPointerAttributes attributes{};
+  GPUOPT_CUDA_TRY(cudaPointerGetAttributes(&attributes, device_queries));
+  if ((attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) ||
+      attributes.device != s.device) {
+    return invalid_argument(
+        message("GPU search_device: the queries are not device memory of GPU %d", s.device));
+  }
+  if (s.rows == 0) {
+    return detail::clear_unanswered(nullptr, query_count, static_cast<int>(k), results.distances,
+                                    results.positions, results.ids, stream);
+  }
+  GPUOPT_ASSIGN_OR_RETURN(const std::uint64_t* mask_device, s.device_mask(options, stream));
+  if (!s.fused_applies(options)) {
+    // The cuBLAS path: its results come back to the host and go out again (it waits).
+    GpuSearchResult host;
+    host.positions.assign(query_count * k, kNoPosition);
+    host.distances.assign(query_count * k, FLT_MAX);
+    GPUOPT_RETURN_IF_ERROR(s.tiled_search(
+        device_queries, query_count, k, options.precision == GpuPrecision::kTf32Rerank,
+        options.tile_rows, mask_device, host, stream, cudaMemcpyDeviceToDevice));
+    std::vector<std::uint64_t> ids(host.positions.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = host.positions[i] < s.ids.size() ? s.ids[host.positions[i]] : kNoPosition;
+    }
+    if (results.distances != nullptr) {
+      GPUOPT_CUDA_TRY(cudaMemcpyAsync(results.distances, host.distances.data(),
+                                      host.distances.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                      stream));
+    }
+    if (results.positions != nullptr) {
+      GPUOPT_CUDA_TRY(cudaMemcpyAsync(results.positions, host.positions.data(),
+                                      host.positions.size() * sizeof(std::uint64_t),
+                                      cudaMemcpyHostToDevice, stream));
+    }
+    if (results.ids != nullptr) {
+      GPUOPT_CUDA_TRY(cudaMemcpyAsync(results.ids, ids.data(), ids.size() * sizeof(std::uint64_t),
+                                      cudaMemcpyHostToDevice, stream));
+    }
+    if (results.unresolved != nullptr) {
+      GPUOPT_CUDA_TRY(
+          cudaMemsetAsync(results.unresolved, 0, query_count * sizeof(std::int32_t), stream));
+    }
+    GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));  // the host arrays die here
+    return ok_status();
+  }
+  // Caller arrays where given, the dataset's scratch otherwise.
+  GPUOPT_RETURN_IF_ERROR(reserve<float>(s.final_distance, query_count * k));
+  GPUOPT_RETURN_IF_ERROR(reserve<std::uint64_t>(s.final_position, query_count * k));
+  GPUOPT_RETURN_IF_ERROR(reserve<std::int32_t>(s.overflow, query_count));
+  float* distance =
+      results.distances != nullptr ? results.distances : s.final_distance.data_as<float>();
+  std::uint64_t* position =
+      results.positions != nullptr ? results.positions : s.final_position.data_as<std::uint64_t>();
+  std::int32_t* flags =
+      results.unresolved != nullptr ? results.unresolved : s.overflow.data_as<std::int32_t>();
+  const detail::FusedRows rows = s.fused_rows(mask_device);
+  bool answered = false;
+  if (s.small_batch_applies(options, query_count)) {
+    GPUOPT_RETURN_IF_ERROR(s.small.run(rows, s.device_ids.data_as<std::uint64_t>(), device_queries,
+                                       query_count, static_cast<int>(k), distance, position,
+                                       results.ids, flags, stream));
+    answered = true;
+  } else {
+    Status status = s.fused.run(rows, device_queries, query_count, static_cast<int>(k), distance,
+                                position, flags, stream);
+    if (status.ok()) {
+      // Overflowed queries were left unwritten by the re-rank: clear them, then map the ids.
+      GPUOPT_RETURN_IF_ERROR(detail::clear_unanswered(flags, query_count, static_cast<int>(k),
+                                                      distance, position, nullptr, stream));
+      if (results.ids != nullptr) {
+        GPUOPT_RETURN_IF_ERROR(detail::positions_to_ids(
+            position, s.device_ids.data_as<std::uint64_t>(), query_count * k, results.ids, stream));
+      }
+      answered = true;
+    } else if (status.code() != StatusCode::kUnavailable) {
+      return status;
+    }
+  }
+  if (!answered) {
+    // This GPU cannot hold the fused kernel: every query goes to the cuBLAS path below.
+    GPUOPT_CUDA_TRY(cudaMemsetAsync(flags, 0xff, query_count * sizeof(std::int32_t), stream));
+    if (results.unresolved != nullptr) {
+      return unavailable(
+          "GPU search_device: the fused kernel does not fit this GPU; call it "
+          "without `unresolved` (the cuBLAS path answers, with a wait)");
+    }
+  }
+  if (results.unresolved != nullptr) return ok_status();
+  // Wait for the flags; answer the flagged queries with the cuBLAS path and write them back.
+  GPUOPT_RETURN_IF_ERROR(s.pinned_flags.reserve(query_count * sizeof(std::int32_t)));
+  GPUOPT_CUDA_TRY(cudaMemcpyAsync(s.pinned_flags.data, flags, query_count * sizeof(std::int32_t),
+                                  cudaMemcpyDeviceToHost, stream));
+  GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));
+  const auto* flag = static_cast<const std::int32_t*>(s.pinned_flags.data);
+  for (std::size_t q = 0; q < query_count; ++q) {
+    if (flag[q] == 0) continue;
+    std::vector<float> query(s.dim);
+    GPUOPT_CUDA_TRY(cudaMemcpy(query.data(), device_queries + q * s.dim, s.dim * sizeof(float),
+                               cudaMemcpyDeviceToHost));
+    GpuSearchResult one;
+    one.positions.assign(k, kNoPosition);
+    one.distances.assign(k, FLT_MAX);
+    GPUOPT_RETURN_IF_ERROR(
+        s.tiled_search(query.data(), 1, k, false, options.tile_rows, mask_device, one, stream));
+    std::vector<std::uint64_t> ids(k);
+    for (std::size_t i = 0; i < k; ++i) {
+      ids[i] = one.positions[i] < s.ids.size() ? s.ids[one.positions[i]] : kNoPosition;
+    }
+    if (results.distances != nullptr) {
+      GPUOPT_CUDA_TRY(cudaMemcpy(results.distances + q * k, one.distances.data(), k * sizeof(float),
+                                 cudaMemcpyHostToDevice));
+    }
+    if (results.positions != nullptr) {
+      GPUOPT_CUDA_TRY(cudaMemcpy(results.positions + q * k, one.positions.data(),
+                                 k * sizeof(std::uint64_t), cudaMemcpyHostToDevice));
+    }
+    if (results.ids != nullptr) {
+      GPUOPT_CUDA_TRY(cudaMemcpy(results.ids + q * k, ids.data(), k * sizeof(std::uint64_t),
+                                 cudaMemcpyHostToDevice));
+    }
+  }
+  return ok_status();
+}
+
+Status GpuDataset::search_dlpack(const DLTensor& queries, const GpuSearchOptions& options,
+                                 const GpuDeviceResults& results, void* stream) {
+  if (queries.ndim != 2 || queries.shape == nullptr) {
+    return invalid_argument(
+        message("DLPack queries: expected 2-D [queries, dim], got %d-D", queries.ndim));
+  }
+  if (queries.dtype.code != 2 || queries.dtype.bits != 32 || queries.dtype.lanes != 1) {
+    return invalid_argument("DLPack queries: expected float32");
+  }
+  if (queries.shape[1] != static_cast<std::int64_t>(state_->dim) || queries.shape[0] < 0) {
+    return invalid_argument(message("DLPack queries: shape [%lld, %lld], dataset dimension %zu",
+                                    (long long)queries.shape[0], (long long)queries.shape[1],
+                                    state_->dim));
+  }
+  if (queries.strides != nullptr &&
+      (queries.strides[1] != 1 || queries.strides[0] != queries.shape[1])) {
+    return invalid_argument("DLPack queries: must be compact row-major");
+  }
+  if (queries.device.device_type != 2 || queries.device.device_id != state_->device) {
+    return invalid_argument(
+        message("DLPack queries: device type %d id %d; expected CUDA (2) on "
+                "GPU %d",
+                queries.device.device_type, queries.device.device_id, state_->device));
+  }
+  const float* data =
+      reinterpret_cast<const float*>(static_cast<const char*>(queries.data) + queries.byte_offset);
+  return search_device(data, static_cast<std::size_t>(queries.shape[0]), options, results, stream);
+}
+
+void GpuDataset::set_memory_budget(std::size_t bytes) { state_->memory_budget = bytes; }
+std::size_t GpuDataset::device_bytes() const {
+  return state_->capacity * device_bytes_per_row(state_->dim);
+}
+const std::uint64_t* GpuDataset::device_ids() const {
+  return state_->device_ids.data_as<std::uint64_t>();
+}
+int GpuDataset::device() const { return state_->device; }
 
 std::size_t GpuDataset::rows() const { return state_->rows; }
 std::size_t GpuDataset::dim() const { return state_->dim; }

@@ -48,6 +48,13 @@ GpuSearchResult exact_search_reference(const float* vectors, std::size_t rows, s
   return result;
 }
 
+std::size_t GpuDataset::device_bytes_per_row(std::size_t dim) {
+  // fp32 vector, squared norm and norm, the fp16 copy (dim rounded up to 32, only where the fused
+  // path applies: dim <= 128, as fused_padded_dim in gpu_fused_search.cu) and the id.
+  const std::size_t padded = dim >= 1 && dim <= 128 ? (dim + 31) / 32 * 32 : 0;
+  return dim * sizeof(float) + 2 * sizeof(float) + padded * 2 + sizeof(std::uint64_t);
+}
+
 #if !GPUOPT_CUDA
 struct GpuDataset::State {};
 GpuDataset::GpuDataset(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -68,10 +75,22 @@ StatusOr<GpuSearchResult> GpuDataset::search(const float*, std::size_t, const Gp
                                              void*) {
   return unimplemented("GPU vector search: built without CUDA");
 }
+Status GpuDataset::search_device(const float*, std::size_t, const GpuSearchOptions&,
+                                 const GpuDeviceResults&, void*) {
+  return unimplemented("GPU vector search: built without CUDA");
+}
+Status GpuDataset::search_dlpack(const DLTensor&, const GpuSearchOptions&, const GpuDeviceResults&,
+                                 void*) {
+  return unimplemented("GPU vector search: built without CUDA");
+}
+void GpuDataset::set_memory_budget(std::size_t) {}
+std::size_t GpuDataset::device_bytes() const { return 0; }
 std::size_t GpuDataset::rows() const { return 0; }
 std::size_t GpuDataset::dim() const { return 0; }
 const float* GpuDataset::device_vectors() const { return nullptr; }
 const float* GpuDataset::device_norms() const { return nullptr; }
+const std::uint64_t* GpuDataset::device_ids() const { return nullptr; }
+int GpuDataset::device() const { return 0; }
 #endif
 
 }  // namespace gpuopt::vector

@@ -126,6 +126,15 @@ struct Collection::State {
   std::unique_ptr<GpuDataset> gpu;
   int gpu_device = -1;
   std::size_t gpu_segments = 0;
+  // The allow mask (deletes + `where`) of the last query that needed one, reused while the rows,
+  // the deletes and the filter stay the same: rows are only appended and deletes only add bits, so
+  // (total_rows, dead_count, where) names its contents. mask_version counts rebuilds; the GPU
+  // engine passes it on so the device keeps its copy too.
+  std::vector<std::uint64_t> mask_cache;
+  std::string mask_where;
+  std::uint64_t mask_rows = ~std::uint64_t{0};
+  std::size_t mask_dead = ~std::size_t{0};
+  std::uint64_t mask_version = 0;
 
   void mark_dead(std::uint64_t position) {
     if (dead.size() <= position / 64) dead.resize(position / 64 + 1, 0);
@@ -463,11 +472,23 @@ StatusOr<SearchResults> Collection::query(const float* queries, std::size_t quer
   QueryReport unused;
   QueryReport& how = report != nullptr ? *report : unused;
   how = QueryReport{};
-  // Deletes and filters become one bitset over positions, shared by both engines.
+  // Deletes and filters become one bitset over positions, shared by both engines, rebuilt only
+  // when the rows, the deletes or the filter changed since the last query.
   const bool everything_live = s.dead_count == 0 && options.where_json.empty();
-  std::vector<std::uint64_t> mask;
-  GPUOPT_ASSIGN_OR_RETURN(auto spans, rows(options.where_json, everything_live ? nullptr : &mask));
-  const std::vector<std::uint64_t>* allow = everything_live ? nullptr : &mask;
+  const bool mask_current = s.mask_rows == s.total_rows && s.mask_dead == s.dead_count &&
+                            s.mask_where == options.where_json;
+  std::vector<RowSpan> spans;
+  if (everything_live || mask_current) {
+    GPUOPT_ASSIGN_OR_RETURN(spans, rows("", nullptr));
+  } else {
+    s.mask_rows = ~std::uint64_t{0};  // invalid until rebuilt
+    GPUOPT_ASSIGN_OR_RETURN(spans, rows(options.where_json, &s.mask_cache));
+    s.mask_rows = s.total_rows;
+    s.mask_dead = s.dead_count;
+    s.mask_where = options.where_json;
+    ++s.mask_version;
+  }
+  const std::vector<std::uint64_t>* allow = everything_live ? nullptr : &s.mask_cache;
   if (options.engine != QueryEngine::kCpu) {
     std::string reason = gpu_unsupported_reason(options);
     if (reason.empty()) {
@@ -527,6 +548,14 @@ StatusOr<SearchResults> Collection::query_gpu(const float* queries, std::size_t 
                                               QueryReport& report) {
   State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
+  const std::size_t budget = options.gpu.memory_budget_bytes;
+  const std::size_t needed = s.total_rows * GpuDataset::device_bytes_per_row(s.config.dim);
+  if (budget > 0 && needed > budget) {
+    return resource_exhausted(fmt::format(
+        "GPU engine: the collection's {} rows x {} dimensions need {} bytes of device memory, "
+        "above the budget of {} bytes (GpuQueryOptions::memory_budget_bytes)",
+        s.total_rows, s.config.dim, needed, budget));
+  }
   bool copied = false;
   if (s.gpu == nullptr || s.gpu_device != options.gpu.device) {
     s.gpu.reset();
@@ -536,6 +565,7 @@ StatusOr<SearchResults> Collection::query_gpu(const float* queries, std::size_t 
     s.gpu_device = options.gpu.device;
     copied = true;
   }
+  s.gpu->set_memory_budget(budget);
   if (s.gpu_segments < spans.size()) {
     copied = true;
     for (; s.gpu_segments < spans.size(); ++s.gpu_segments) {
@@ -559,9 +589,12 @@ StatusOr<SearchResults> Collection::query_gpu(const float* queries, std::size_t 
   search.precision = options.gpu.precision;
   search.tile_rows = options.gpu.tile_rows;
   search.allow_mask = allow != nullptr ? allow->data() : nullptr;
+  search.allow_mask_version = allow == &s.mask_cache ? s.mask_version : 0;
+  search.small_batch_max_queries = options.gpu.small_batch_max_queries;
   GPUOPT_ASSIGN_OR_RETURN(GpuSearchResult found,
                           s.gpu->search(queries, query_count, search, nullptr));
   report.gpu_fused = found.fused;
+  report.gpu_small_batch = found.small_batch;
   report.gpu_fallback_queries = found.fallback_queries;
   SearchResults results(query_count);
   for (std::size_t q = 0; q < query_count; ++q) {

@@ -5,7 +5,9 @@
 // fp64 re-rank of the few candidates, so the answer equals float64 brute force (ties aside) and
 // the distance matrix never exists (docs/vector-gpu-exact.md). Shapes outside the fused path
 // (dim > 128, k > 128) use cuBLAS fp32 tiles + a per-tile top-k. Built without CUDA, every entry
-// point returns UNIMPLEMENTED.
+// point returns UNIMPLEMENTED. Batches of up to 16 queries take the small-batch path: the rows are
+// split across every SM, each block keeps its own candidate lists under the same bound, and a
+// second kernel merges them and re-ranks in fp64 (same exactness, one query uses the whole GPU).
 #pragma once
 
 #include <cstddef>
@@ -41,6 +43,8 @@ struct DLTensor {
 
 // The largest k the GPU search answers.
 inline constexpr std::size_t kGpuMaxK = 128;
+// The largest batch the small-batch path answers.
+inline constexpr std::size_t kGpuSmallBatchMaxQueries = 16;
 
 struct GpuSearchOptions {
   std::size_t k = 10;  // 1..128
@@ -50,6 +54,28 @@ struct GpuSearchOptions {
   // Host bitset over the dataset's rows, ceil(rows / 64) words: bit r of word r / 64 set = row r
   // may be returned (live and passing the filter). Null = every row.
   const std::uint64_t* allow_mask = nullptr;
+  // The same bitset already on the dataset's device; used instead of allow_mask, never copied.
+  const std::uint64_t* device_allow_mask = nullptr;
+  // Non-zero: names allow_mask's contents. A call with the same version as the dataset's previous
+  // copy reuses that device copy instead of copying the mask again (a caller bumps the version
+  // whenever the bits change; 0 = copy every time).
+  std::uint64_t allow_mask_version = 0;
+  // Batches of at most this many queries (capped at kGpuSmallBatchMaxQueries) take the
+  // small-batch path when the fused path applies; 0 = never.
+  std::size_t small_batch_max_queries = kGpuSmallBatchMaxQueries;
+};
+
+// Where search_device writes: each array on the dataset's device, [query_count, k], or null.
+struct GpuDeviceResults {
+  float* distances = nullptr;          // FLT_MAX where no row
+  std::uint64_t* ids = nullptr;        // the rows' ids; ~0 where no row
+  std::uint64_t* positions = nullptr;  // row positions; ~0 where no row
+  // [query_count] int32 or null. Given: the fused and small-batch paths never wait for the device;
+  // a query with more near-ties than the candidate lists hold gets 1 here (else 0) and FLT_MAX / ~0
+  // in its outputs (answer it with search()). Null: the call waits for those flags and answers
+  // such queries (rare: hundreds of rows within the error bound of the k-th distance) with the
+  // cuBLAS fp32 path before it returns.
+  std::int32_t* unresolved = nullptr;
 };
 
 struct GpuSearchResult {
@@ -57,6 +83,7 @@ struct GpuSearchResult {
   std::vector<std::uint64_t> ids;        // [query_count, k] the rows' ids; ~0 when fewer rows
   std::vector<float> distances;          // [query_count, k]; FLT_MAX where no row
   bool fused = false;                    // the fused tensor-core path answered (else cuBLAS tiles)
+  bool small_batch = false;              // ... through its small-batch variant
   std::size_t fallback_queries = 0;  // queries the fused path handed to the cuBLAS path (near-ties)
 };
 
@@ -87,12 +114,34 @@ class GpuDataset {
   // queries: host [query_count, dim]. Synchronizes `stream` before returning.
   StatusOr<GpuSearchResult> search(const float* queries, std::size_t query_count,
                                    const GpuSearchOptions& options, void* stream);
+  // queries: device [query_count, dim] fp32 on the dataset's device; results stay on the device
+  // (see GpuDeviceResults for when the call waits). With options.allow_mask (a host bitset) the
+  // mask is copied first; pass device_allow_mask to avoid that. Shapes outside the fused path
+  // (dim > 128, k > 128, precision other than kFp32) answer through the cuBLAS path, which waits.
+  Status search_device(const float* device_queries, std::size_t query_count,
+                       const GpuSearchOptions& options, const GpuDeviceResults& results,
+                       void* stream);
+  // A DLPack tensor [query_count, dim] float32, compact row-major, on the dataset's CUDA device.
+  Status search_dlpack(const DLTensor& queries, const GpuSearchOptions& options,
+                       const GpuDeviceResults& results, void* stream);
+
+  // Device memory one row takes: fp32 vector, two norms, fp16 copy (when the fused path applies)
+  // and id.
+  static std::size_t device_bytes_per_row(std::size_t dim);
+  // Caps the device memory the rows may take (0 = no cap, the default): an append or a growth
+  // past it fails with RESOURCE_EXHAUSTED naming the bytes needed and the budget; growth by
+  // doubling stops at the budget.
+  void set_memory_budget(std::size_t bytes);
+  // Device memory the rows' buffers take now (their capacity, not only the rows in use).
+  std::size_t device_bytes() const;
 
   std::size_t rows() const;
   std::size_t dim() const;
   // Device pointers (for tests and for callers that want to share the data).
   const float* device_vectors() const;
   const float* device_norms() const;
+  const std::uint64_t* device_ids() const;  // [rows] the rows' ids
+  int device() const;
 
  private:
   struct State;

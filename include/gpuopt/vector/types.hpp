@@ -63,6 +63,13 @@ struct GpuQueryOptions {
   int device = 0;  // the collection's rows are copied to this device on the first GPU query
   GpuPrecision precision = GpuPrecision::kFp32;
   std::size_t tile_rows = 16384;  // cuBLAS path: rows per GEMM tile
+  // Device memory the collection's resident copy may take (0 = no cap). Past it the GPU engine
+  // answers RESOURCE_EXHAUSTED naming the bytes needed and the budget; kAuto then falls back to
+  // the CPU with that reason in QueryReport.
+  std::size_t memory_budget_bytes = 0;
+  // Batches of at most this many queries take the small-batch path (rows split across every SM;
+  // GpuSearchOptions::small_batch_max_queries, capped at 16); 0 = never.
+  std::size_t small_batch_max_queries = 16;
 };
 
 struct QueryOptions {
@@ -79,8 +86,9 @@ struct QueryOptions {
 // How Collection::query answered.
 struct QueryReport {
   QueryEngine engine = QueryEngine::kCpu;  // the engine that answered: kCpu or kGpu
-  std::string fallback_reason;  // kAuto answered on the CPU: why the GPU did not; else empty
-  bool gpu_fused = false;       // the GPU's fused tensor-core path answered (else cuBLAS tiles)
+  std::string fallback_reason;   // kAuto answered on the CPU: why the GPU did not; else empty
+  bool gpu_fused = false;        // the GPU's fused tensor-core path answered (else cuBLAS tiles)
+  bool gpu_small_batch = false;  // ... through its small-batch variant
   std::size_t gpu_fallback_queries = 0;  // queries the fused path handed to the cuBLAS path
   std::size_t gpu_rows_uploaded = 0;     // rows copied to the device by this call
   // Host time of making the device copy and queueing that copy (0 when the rows were resident).
