@@ -210,9 +210,9 @@ __global__ void k_ivf_scan(const float* __restrict__ queries, const float* __res
                            float* __restrict__ out_distances) {
   extern __shared__ unsigned char scan_shared[];
   float* query = reinterpret_cast<float*>(scan_shared);
-  float* top_distance = query + ((dim + 3) / 4) * 4;                        // [warps, k]
+  float* top_distance = query + ((dim + 3) / 4) * 4;  // [warps, k]
   std::uint64_t* top_position = reinterpret_cast<std::uint64_t*>(
-      top_distance + ((kScanWarps * k + 1) / 2) * 2);                       // [warps, k]
+      top_distance + ((kScanWarps * k + 1) / 2) * 2);  // [warps, k]
   const int q = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane / kGroupLanes, lane_in_group = lane % kGroupLanes;
@@ -386,8 +386,8 @@ StatusOr<std::vector<float>> GpuKmeans::train(const float* sample, std::size_t c
   for (int iteration = 0; iteration < iterations; ++iteration) {
     GPUOPT_RETURN_IF_ERROR(s.upload_centroids(centroids.data(), nlist));
     GPUOPT_RETURN_IF_ERROR(s.assign_device(s.rows.data_as<float>(), s.row_norms.data_as<float>(),
-                                           count, nlist, s.lists.data_as<std::uint32_t>(),
-                                           nullptr, /*tf32=*/true));
+                                           count, nlist, s.lists.data_as<std::uint32_t>(), nullptr,
+                                           /*tf32=*/true));
     GPUOPT_CUDA_TRY(cudaMemsetAsync(s.sums.data(), 0, nlist * dim * sizeof(float), s.stream));
     GPUOPT_CUDA_TRY(
         cudaMemsetAsync(s.counts.data(), 0, nlist * sizeof(unsigned long long), s.stream));
@@ -433,8 +433,8 @@ Status GpuKmeans::assign(const float* centroids, std::size_t nlist, const float*
                                     cudaMemcpyHostToDevice, s.stream));
     GPUOPT_RETURN_IF_ERROR(
         launch_norms(s.rows.data_as<float>(), n, dim, s.row_norms.data_as<float>(), s.stream));
-    GPUOPT_RETURN_IF_ERROR(s.assign_device(s.rows.data_as<float>(), s.row_norms.data_as<float>(),
-                                           n, nlist, s.lists.data_as<std::uint32_t>(),
+    GPUOPT_RETURN_IF_ERROR(s.assign_device(s.rows.data_as<float>(), s.row_norms.data_as<float>(), n,
+                                           nlist, s.lists.data_as<std::uint32_t>(),
                                            s.distances.data_as<float>(), /*tf32=*/false));
     GPUOPT_CUDA_TRY(cudaMemcpyAsync(lists + begin, s.lists.data(), n * sizeof(std::uint32_t),
                                     cudaMemcpyDeviceToHost, s.stream));
@@ -521,7 +521,8 @@ StatusOr<GpuIvfLists::Result> GpuIvfLists::search(const float* queries, std::siz
                                                   std::size_t mask_words) {
   State& s = *state_;
   if (k == 0 || k > kGpuIvfMaxK) {
-    return invalid_argument(message("GPU IVF: k %zu (the GPU search takes 1..%zu)", k, kGpuIvfMaxK));
+    return invalid_argument(
+        message("GPU IVF: k %zu (the GPU search takes 1..%zu)", k, kGpuIvfMaxK));
   }
   nprobe = std::clamp<std::size_t>(nprobe, 1, s.nlist);
   if (nprobe > kGpuIvfMaxProbe) {
@@ -571,10 +572,9 @@ StatusOr<GpuIvfLists::Result> GpuIvfLists::search(const float* queries, std::siz
                                          static_cast<int>(select_shared)));
   }
   k_ivf_select_probes<<<static_cast<unsigned>(query_count), kSelectThreads, select_shared,
-                        s.stream>>>(s.coarse.data_as<float>(), static_cast<int>(s.nlist),
-                                    s.centroid_norms.data_as<float>(),
-                                    s.query_norms.data_as<float>(), static_cast<int>(nprobe),
-                                    s.probes.data_as<int>());
+                        s.stream>>>(
+      s.coarse.data_as<float>(), static_cast<int>(s.nlist), s.centroid_norms.data_as<float>(),
+      s.query_norms.data_as<float>(), static_cast<int>(nprobe), s.probes.data_as<int>());
   GPUOPT_CUDA_TRY_LAUNCH();
   const std::size_t query_floats = (dim + 3) / 4 * 4;
   const std::size_t top_floats = (kScanWarps * k + 1) / 2 * 2;

@@ -28,8 +28,7 @@ StatusOr<std::unique_ptr<GpuIvfLists>> GpuIvfLists::create(const IvfFlat&, int) 
   return unimplemented(kNoCuda);
 }
 StatusOr<GpuIvfLists::Result> GpuIvfLists::search(const float*, std::size_t, std::size_t,
-                                                  std::size_t, const std::uint64_t*,
-                                                  std::size_t) {
+                                                  std::size_t, const std::uint64_t*, std::size_t) {
   return unimplemented(kNoCuda);
 }
 std::size_t GpuIvfLists::rows() const { return 0; }

@@ -1,4 +1,5 @@
-// The IVF index file: layout, write (temp file + fsync + rename + directory fsync) and checked read.
+// The IVF index file: layout, write (temp file + fsync + rename + directory fsync) and checked
+// read.
 #include "ivf_index.hpp"
 
 #include <fcntl.h>
@@ -92,8 +93,8 @@ StatusOr<IvfFileInfo> write_ivf_file(const std::filesystem::path& path,
   if (contents.centroids.size() != contents.nlist * contents.dim ||
       contents.list_offsets.size() != contents.nlist + 1 || contents.positions.size() != rows ||
       contents.ids.size() != rows) {
-    return internal_error(fmt::format("{}: IVF index contents have inconsistent sizes",
-                                      path.string()));
+    return internal_error(
+        fmt::format("{}: IVF index contents have inconsistent sizes", path.string()));
   }
   Layout l = layout(contents.nlist, contents.dim, rows);
   IvfHeader header{};
@@ -121,8 +122,8 @@ StatusOr<IvfFileInfo> write_ivf_file(const std::filesystem::path& path,
 
   std::filesystem::path temporary = path;
   temporary += ".tmp";
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY,
-                  0644);
+  int fd = ::open(temporary.c_str(),
+                  O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
   if (fd < 0) {
     if (errno == ENXIO) {
       return data_loss(fmt::format("IVF index {} is not a regular file", temporary.string()));
@@ -177,11 +178,11 @@ StatusOr<IvfFileContents> read_ivf_file(const std::filesystem::path& path,
   const std::string& bytes = *read;
   if (bytes.size() != expected.bytes) {
     if (bytes.size() > expected.bytes) {
-      return loss(fmt::format("the file has extra bytes (the catalogue says {} bytes)",
-                              expected.bytes));
+      return loss(
+          fmt::format("the file has extra bytes (the catalogue says {} bytes)", expected.bytes));
     }
-    return loss(fmt::format("the file is truncated: {} bytes, the catalogue says {}",
-                            bytes.size(), expected.bytes));
+    return loss(fmt::format("the file is truncated: {} bytes, the catalogue says {}", bytes.size(),
+                            expected.bytes));
   }
   if (bytes.size() < sizeof(IvfHeader)) return loss("truncated before the end of its header");
   IvfHeader header;
@@ -193,8 +194,8 @@ StatusOr<IvfFileContents> read_ivf_file(const std::filesystem::path& path,
     return loss("header checksum mismatch");
   }
   if (header.version != kIvfVersion || header.header_bytes != sizeof(IvfHeader)) {
-    return loss(fmt::format("version {} (this build reads version {})", header.version,
-                            kIvfVersion));
+    return loss(
+        fmt::format("version {} (this build reads version {})", header.version, kIvfVersion));
   }
   if (header.dim != dim || header.metric != static_cast<std::uint32_t>(metric)) {
     return loss(fmt::format("built for dimension {} metric {}, the collection has {} and {}",
@@ -202,8 +203,8 @@ StatusOr<IvfFileContents> read_ivf_file(const std::filesystem::path& path,
   }
   if (header.nlist == 0 || header.nlist > (std::uint64_t{1} << 32) ||
       header.covered_rows > (std::uint64_t{1} << 48)) {
-    return loss(fmt::format("implausible header ({} lists, {} rows)", header.nlist,
-                            header.covered_rows));
+    return loss(
+        fmt::format("implausible header ({} lists, {} rows)", header.nlist, header.covered_rows));
   }
   Layout l = layout(header.nlist, dim, header.covered_rows);
   if (header.file_bytes != l.file_bytes || l.file_bytes != bytes.size() ||
@@ -245,8 +246,7 @@ StatusOr<IvfFileContents> read_ivf_file(const std::filesystem::path& path,
   data += l.position_bytes;
   std::memcpy(contents.ids.data(), data, l.position_bytes);
   // A checksum matches what was written; these catch a file written wrong.
-  if (contents.list_offsets.front() != 0 ||
-      contents.list_offsets.back() != header.covered_rows) {
+  if (contents.list_offsets.front() != 0 || contents.list_offsets.back() != header.covered_rows) {
     return loss("list offsets do not span the rows");
   }
   for (std::size_t i = 0; i < header.nlist; ++i) {

@@ -23,9 +23,9 @@ struct IvfFileContents {
   std::size_t dim = 0;
   Metric metric = Metric::kL2;
   std::size_t nlist = 0;
-  std::uint64_t generation = 0;     // bumped by every save
-  std::uint64_t trained_rows = 0;   // rows in the collection when k-means ran
-  std::uint64_t covered_rows = 0;   // positions [0, covered_rows) are in the lists
+  std::uint64_t generation = 0;    // bumped by every save
+  std::uint64_t trained_rows = 0;  // rows in the collection when k-means ran
+  std::uint64_t covered_rows = 0;  // positions [0, covered_rows) are in the lists
   IvfTrainEngine engine = IvfTrainEngine::kCpu;
   std::uint32_t iterations = 0;
   double train_seconds = 0;

@@ -390,8 +390,8 @@ std::vector<float> kmeans_cpu(const float* sample, std::size_t count, std::size_
   for (int iteration = 0; iteration < iterations; ++iteration) {
     squared_norms(centroids.data(), nlist, dim, centroid_norms.data());
     RowBlock centroid_block{centroids.data(), centroid_norms.data(), nlist, 0, nullptr};
-    auto nearest = exact_scan({&centroid_block, 1}, dim, Metric::kL2, sample, count, 1, nullptr,
-                              threads);
+    auto nearest =
+        exact_scan({&centroid_block, 1}, dim, Metric::kL2, sample, count, 1, nullptr, threads);
     for (std::size_t i = 0; i < count; ++i) {
       assignment[i] = static_cast<std::uint32_t>(nearest[i].items()[0].position);
     }
@@ -414,13 +414,13 @@ std::vector<float> kmeans_cpu(const float* sample, std::size_t count, std::size_
   return centroids;
 }
 
-void split_empty_lists(float* centroids, std::size_t* counts, std::size_t nlist,
-                       std::size_t dim) {
+void split_empty_lists(float* centroids, std::size_t* counts, std::size_t nlist, std::size_t dim) {
   // Empty lists take a slightly moved copy of the largest list's centroid (as FAISS does), so
   // the next assignment splits that list in two.
   for (std::size_t c = 0; c < nlist; ++c) {
     if (counts[c] != 0) continue;
-    std::size_t largest = static_cast<std::size_t>(std::max_element(counts, counts + nlist) - counts);
+    std::size_t largest =
+        static_cast<std::size_t>(std::max_element(counts, counts + nlist) - counts);
     for (std::size_t t = 0; t < dim; ++t) {
       float value = centroids[largest * dim + t];
       float nudge = (t % 2 ? 1.0f : -1.0f) * 1e-3f * (std::fabs(value) + 1e-3f);
@@ -432,8 +432,8 @@ void split_empty_lists(float* centroids, std::size_t* counts, std::size_t nlist,
   }
 }
 
-double kmeans_inertia(const float* rows, std::size_t count, std::size_t dim,
-                      const float* centroids, std::size_t nlist, int threads) {
+double kmeans_inertia(const float* rows, std::size_t count, std::size_t dim, const float* centroids,
+                      std::size_t nlist, int threads) {
   std::vector<float> centroid_norms(nlist);
   squared_norms(centroids, nlist, dim, centroid_norms.data());
   RowBlock centroid_block{centroids, centroid_norms.data(), nlist, 0, nullptr};
@@ -464,11 +464,11 @@ IvfFlat IvfFlat::with_centroids(std::vector<float> centroids, std::size_t dim, M
   return index;
 }
 
-void IvfFlat::nearest(const float* rows, std::size_t count, std::uint32_t* lists,
-                      float* distances, int threads) const {
+void IvfFlat::nearest(const float* rows, std::size_t count, std::uint32_t* lists, float* distances,
+                      int threads) const {
   RowBlock centroid_block{centroids_.data(), centroid_norms_.data(), nlist(), 0, nullptr};
-  auto found = exact_scan({&centroid_block, 1}, dim_, Metric::kL2, rows, count, 1, nullptr,
-                          threads);
+  auto found =
+      exact_scan({&centroid_block, 1}, dim_, Metric::kL2, rows, count, 1, nullptr, threads);
   for (std::size_t i = 0; i < count; ++i) {
     lists[i] = static_cast<std::uint32_t>(found[i].items()[0].position);
     if (distances != nullptr) distances[i] = found[i].items()[0].distance;
@@ -510,8 +510,8 @@ StatusOr<IvfFlat> IvfFlat::build(std::span<const RowBlock> blocks, std::size_t d
 }
 
 std::vector<std::vector<std::uint32_t>> IvfFlat::probes(const float* queries,
-                                                        std::size_t query_count,
-                                                        std::size_t nprobe, int threads) const {
+                                                        std::size_t query_count, std::size_t nprobe,
+                                                        int threads) const {
   nprobe = std::clamp<std::size_t>(nprobe, 1, nlist());
   RowBlock centroid_block{centroids_.data(), centroid_norms_.data(), nlist(), 0, nullptr};
   auto found = exact_scan({&centroid_block, 1}, dim_, Metric::kL2, queries, query_count, nprobe,

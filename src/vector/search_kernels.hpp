@@ -117,8 +117,8 @@ void split_empty_lists(float* centroids, std::size_t* counts, std::size_t nlist,
 
 // The centroids' k-means objective: sum of squared L2 distances of `rows` to their nearest
 // centroid, in float64 (the GPU k-means test compares this between engines).
-double kmeans_inertia(const float* rows, std::size_t count, std::size_t dim,
-                      const float* centroids, std::size_t nlist, int threads);
+double kmeans_inertia(const float* rows, std::size_t count, std::size_t dim, const float* centroids,
+                      std::size_t nlist, int threads);
 
 // IVF-Flat: k-means centroids plus, per list, a copy of its rows (vectors, norms, positions).
 // Lists only grow: a row added after training is appended to its nearest centroid's list.

@@ -4,14 +4,13 @@
 
 #include <fmt/format.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <unordered_set>
-
-#include <unistd.h>
 
 #include "gpuopt/core/regular_file.hpp"
 #include "gpuopt/vector/filter.hpp"
@@ -599,9 +598,8 @@ StatusOr<std::size_t> Collection::State::catch_up_ivf(int threads) {
     }
     assigned += count;
   }
-  if (assigned > 0 &&
-      double(ivf.index.rows() - ivf.saved_rows) >=
-          std::max(1.0, kIvfResaveFraction * double(ivf.saved_rows))) {
+  if (assigned > 0 && double(ivf.index.rows() - ivf.saved_rows) >=
+                          std::max(1.0, kIvfResaveFraction * double(ivf.saved_rows))) {
     GPUOPT_RETURN_IF_ERROR(s.save_ivf());
   }
   return assigned;
@@ -618,8 +616,8 @@ Status Collection::State::load_ivf() {
   if (s.ivf && s.ivf->generation == entry->generation) return ok_status();
   const fs::path path = s.segment_directory / entry->file;
   if (entry->file.find('/') != std::string::npos) {
-    return data_loss(fmt::format("IVF index {}: the catalogue names a file outside segments/",
-                                 path.string()));
+    return data_loss(
+        fmt::format("IVF index {}: the catalogue names a file outside segments/", path.string()));
   }
   GPUOPT_ASSIGN_OR_RETURN(detail::IvfFileContents contents,
                           detail::read_ivf_file(path, *entry, s.config.dim, s.config.metric));
@@ -633,16 +631,17 @@ Status Collection::State::load_ivf() {
                             contents.covered_rows, contents.trained_rows, s.total_rows));
   }
   Ivf ivf;
-  ivf.index = detail::IvfFlat::with_centroids(std::move(contents.centroids), s.config.dim,
-                                              s.config.metric);
+  ivf.index =
+      detail::IvfFlat::with_centroids(std::move(contents.centroids), s.config.dim, s.config.metric);
   for (std::size_t l = 0; l < contents.nlist; ++l) {
     for (std::uint64_t i = contents.list_offsets[l]; i < contents.list_offsets[l + 1]; ++i) {
       const std::uint64_t position = contents.positions[i];
       auto [segment, row] = s.locate(position);
       const auto& seg = *s.segments[segment];
       if (seg.ids()[row] != contents.ids[i]) {
-        return loss(fmt::format("row {} holds id {}, the index says id {} (it belongs to other data)",
-                                position, seg.ids()[row], contents.ids[i]));
+        return loss(
+            fmt::format("row {} holds id {}, the index says id {} (it belongs to other data)",
+                        position, seg.ids()[row], contents.ids[i]));
       }
       ivf.index.append(static_cast<std::uint32_t>(l), seg.vectors() + row * s.config.dim,
                        seg.norms()[row], position);
@@ -710,8 +709,8 @@ StatusOr<double> Collection::build_ivf(const IvfParams& params, int threads) {
     }
   }
   if (engine == detail::IvfTrainEngine::kCpu) {
-    centroids = detail::kmeans_cpu(sample.data(), sample_rows, dim, nlist, params.iterations,
-                                   threads);
+    centroids =
+        detail::kmeans_cpu(sample.data(), sample_rows, dim, nlist, params.iterations, threads);
   }
   State::Ivf ivf;
   ivf.index = detail::IvfFlat::with_centroids(std::move(centroids), dim, s.config.metric);
@@ -769,10 +768,9 @@ IvfIndexStats Collection::State::describe_ivf(const IvfParams& thresholds) const
       stats.distance_ratio = stats.added_mean_distance / ivf.trained_mean_distance;
     }
   }
-  stats.retrain_recommended =
-      stats.growth > thresholds.retrain_growth ||
-      (stats.rows_since_training >= stats.nlist &&
-       stats.distance_ratio > thresholds.retrain_distance_ratio);
+  stats.retrain_recommended = stats.growth > thresholds.retrain_growth ||
+                              (stats.rows_since_training >= stats.nlist &&
+                               stats.distance_ratio > thresholds.retrain_distance_ratio);
   return stats;
 }
 
@@ -818,11 +816,10 @@ StatusOr<SearchResults> Collection::query_ivf(const float* queries, std::size_t 
         report.gpu_upload_seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       }
-      GPUOPT_ASSIGN_OR_RETURN(
-          auto found,
-          s.ivf_gpu->search(queries, query_count, options.k, options.nprobe,
-                            allow != nullptr ? allow->data() : nullptr,
-                            allow != nullptr ? allow->size() : 0));
+      GPUOPT_ASSIGN_OR_RETURN(auto found,
+                              s.ivf_gpu->search(queries, query_count, options.k, options.nprobe,
+                                                allow != nullptr ? allow->data() : nullptr,
+                                                allow != nullptr ? allow->size() : 0));
       for (std::size_t q = 0; q < query_count; ++q) {
         for (std::size_t i = 0; i < options.k; ++i) {
           const std::size_t slot = q * options.k + i;
@@ -911,9 +908,9 @@ StatusOr<SearchResults> Collection::query_cpu(const float* queries, std::size_t 
     blocks.push_back(
         {spans[i].vectors, spans[i].norms, spans[i].rows, s.segment_first_position[i], nullptr});
   }
-  std::vector<detail::TopK> found = detail::exact_scan(
-      blocks, s.config.dim, s.config.metric, queries, query_count, options.k, allow,
-      options.threads);
+  std::vector<detail::TopK> found =
+      detail::exact_scan(blocks, s.config.dim, s.config.metric, queries, query_count, options.k,
+                         allow, options.threads);
   SearchResults results(query_count);
   for (std::size_t q = 0; q < query_count; ++q) {
     for (const auto& item : found[q].items()) {

@@ -1,4 +1,5 @@
-// `gpuopt vector create|import|query|info|reindex`: the embedded vector store from the command line.
+// `gpuopt vector create|import|query|info|reindex`: the embedded vector store from the command
+// line.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -158,11 +159,13 @@ void print_ivf_note(const VectorArgs& args, vec::Collection& collection,
   if (args.index != "ivf") return;
   if (report.ivf_built || report.ivf_retrained) {
     auto stats = collection.ivf_stats();
-    std::fprintf(stderr, "gpuopt vector: %s the IVF index (%zu lists, k-means on the %s, %.2f s) "
-                 "and saved it in the store\n",
-                 report.ivf_built ? "no IVF index was saved: built" : "drift past the threshold: retrained",
-                 stats.ok() ? stats->nlist : 0, stats.ok() ? stats->train_engine.c_str() : "?",
-                 report.ivf_build_seconds);
+    std::fprintf(
+        stderr,
+        "gpuopt vector: %s the IVF index (%zu lists, k-means on the %s, %.2f s) "
+        "and saved it in the store\n",
+        report.ivf_built ? "no IVF index was saved: built" : "drift past the threshold: retrained",
+        stats.ok() ? stats->nlist : 0, stats.ok() ? stats->train_engine.c_str() : "?",
+        report.ivf_build_seconds);
   } else if (args.nlist != 0) {
     auto stats = collection.ivf_stats();
     if (stats.ok() && stats->nlist != args.nlist) {
@@ -237,8 +240,8 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
         "upload %.2f s, open %.1f ms\n",
         text.c_str(), file.rows, args.k,
         args.index == "ivf" ? fmt::format("IVF nprobe {}", args.nprobe).c_str() : "exact",
-        args.precision.c_str(), query_seconds * 1e3, times.size(),
-        qps, upload_seconds, open_seconds * 1e3);
+        args.precision.c_str(), query_seconds * 1e3, times.size(), qps, upload_seconds,
+        open_seconds * 1e3);
   }
   return kExitOk;
 }
@@ -400,8 +403,8 @@ int run_info(const VectorArgs& args) {
       text += fmt::format(
           "  IVF index: {} lists, trained on {} rows ({}, {:.2f} s), {} rows added since "
           "(growth {:.2f}, distance ratio {:.2f}){}\n",
-          ivf.nlist, ivf.trained_rows, ivf.train_engine, ivf.train_seconds,
-          ivf.rows_since_training, ivf.growth, ivf.distance_ratio,
+          ivf.nlist, ivf.trained_rows, ivf.train_engine, ivf.train_seconds, ivf.rows_since_training,
+          ivf.growth, ivf.distance_ratio,
           ivf.retrain_recommended ? ", retrain recommended (`gpuopt vector reindex`)" : "");
     }
   }
@@ -431,8 +434,8 @@ int run_reindex(const VectorArgs& args) {
   } else if (args.engine == "gpu") {
     params.engine = vec::QueryEngine::kGpu;
   } else if (args.engine != "auto") {
-    return fail(args, invalid_argument(
-                          fmt::format("--engine {}: expected cpu, gpu or auto", args.engine)));
+    return fail(
+        args, invalid_argument(fmt::format("--engine {}: expected cpu, gpu or auto", args.engine)));
   }
   auto start = std::chrono::steady_clock::now();
   auto trained = (*collection)->build_ivf(params, args.threads);
@@ -452,11 +455,11 @@ int run_reindex(const VectorArgs& args) {
                 {"generation", stats->generation}};
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("IVF index of \"%s\": %zu lists over %llu rows, k-means on the %s, built in %.2f s, "
-                "saved as %s\n",
-                args.collection.c_str(), stats->nlist,
-                static_cast<unsigned long long>(stats->trained_rows), stats->train_engine.c_str(),
-                *trained, stats->file.c_str());
+    std::printf(
+        "IVF index of \"%s\": %zu lists over %llu rows, k-means on the %s, built in %.2f s, "
+        "saved as %s\n",
+        args.collection.c_str(), stats->nlist, static_cast<unsigned long long>(stats->trained_rows),
+        stats->train_engine.c_str(), *trained, stats->file.c_str());
   }
   return kExitOk;
 }

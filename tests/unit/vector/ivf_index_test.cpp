@@ -1,5 +1,7 @@
 // The saved IVF index: file round trip and validation, reuse across opens without retraining,
 // rows added after training assigned to their nearest centroid, deletes, reindex and drift.
+#include "vector/ivf_index.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 
 #include "common/vector_fixtures.hpp"
 #include "gpuopt/vector/store.hpp"
-#include "vector/ivf_index.hpp"
 
 namespace gpuopt::vector {
 namespace {
