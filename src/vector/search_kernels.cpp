@@ -483,6 +483,13 @@ void IvfFlat::append(std::uint32_t list, const float* vector, float norm, std::u
   ++rows_;
 }
 
+void IvfFlat::reserve(std::uint32_t list, std::size_t rows) {
+  List& target = lists_[list];
+  target.vectors.reserve(target.vectors.size() + rows * dim_);
+  target.norms.reserve(target.norms.size() + rows);
+  target.positions.reserve(target.positions.size() + rows);
+}
+
 StatusOr<IvfFlat> IvfFlat::build(std::span<const RowBlock> blocks, std::size_t dim, Metric metric,
                                  const IvfParams& params, int threads) {
   auto start = std::chrono::steady_clock::now();

@@ -133,6 +133,8 @@ class IvfFlat {
   void nearest(const float* rows, std::size_t count, std::uint32_t* lists, float* distances,
                int threads) const;
   void append(std::uint32_t list, const float* vector, float norm, std::uint64_t position);
+  // Makes room for `rows` more rows in `list` (saves the regrowth copies of a bulk fill).
+  void reserve(std::uint32_t list, std::size_t rows);
   // Probes the `nprobe` nearest lists of each query; queries sharing a list are scanned together.
   std::vector<TopK> search(const float* queries, std::size_t query_count, std::size_t k,
                            std::size_t nprobe, const AllowMask* mask, int threads) const;

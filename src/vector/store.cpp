@@ -634,6 +634,8 @@ Status Collection::State::load_ivf() {
   ivf.index =
       detail::IvfFlat::with_centroids(std::move(contents.centroids), s.config.dim, s.config.metric);
   for (std::size_t l = 0; l < contents.nlist; ++l) {
+    ivf.index.reserve(static_cast<std::uint32_t>(l),
+                      contents.list_offsets[l + 1] - contents.list_offsets[l]);
     for (std::uint64_t i = contents.list_offsets[l]; i < contents.list_offsets[l + 1]; ++i) {
       const std::uint64_t position = contents.positions[i];
       auto [segment, row] = s.locate(position);
@@ -719,6 +721,18 @@ StatusOr<double> Collection::build_ivf(const IvfParams& params, int threads) {
       const std::size_t at = s.segment_first_position[i];
       ivf.index.nearest(spans[i].vectors, spans[i].rows, lists.data() + at, distances.data() + at,
                         threads);
+    }
+  }
+  {
+    std::vector<std::size_t> sizes(nlist, 0);
+    for (auto list : lists) {
+      if (list >= nlist) {
+        return internal_error(fmt::format("IVF: a row was assigned to list {} of {}", list, nlist));
+      }
+      ++sizes[list];
+    }
+    for (std::size_t l = 0; l < nlist; ++l) {
+      ivf.index.reserve(static_cast<std::uint32_t>(l), sizes[l]);
     }
   }
   double distance_sum = 0;
