@@ -427,6 +427,7 @@ class IvfCpuTestcase final : public VectorTestcase {
     vector::IvfParams params;
     // Quick runs use 256 lists: k-means costs grow with nlist squared and audit waits for them.
     params.nlist = opts.nlist != 0 ? opts.nlist : (fixture_->quick() ? 256 : 0);
+    params.engine = vector::QueryEngine::kCpu;  // this testcase measures the CPU IVF end to end
     auto start = Clock::now();
     GPUOPT_ASSIGN_OR_RETURN(double train_seconds,
                             fixture_->collection().build_ivf(params, opts.threads));

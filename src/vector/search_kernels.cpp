@@ -347,22 +347,17 @@ std::vector<TopK> exact_scan(std::span<const RowBlock> blocks, std::size_t dim, 
   return std::move(per_worker[0]);
 }
 
-StatusOr<IvfFlat> IvfFlat::build(std::span<const RowBlock> blocks, std::size_t dim, Metric metric,
-                                 const IvfParams& params, int threads) {
-  auto start = std::chrono::steady_clock::now();
+std::size_t default_nlist(std::size_t rows) {
+  std::size_t nlist = 1;
+  while (nlist * nlist < 16 * rows) nlist *= 2;  // about 4*sqrt(rows)
+  return nlist;
+}
+
+std::vector<float> ivf_training_sample(std::span<const RowBlock> blocks, std::size_t dim,
+                                       std::size_t nlist, const IvfParams& params) {
   std::size_t total = 0;
   for (const auto& block : blocks) total += block.rows;
-  if (total == 0) return failed_precondition("IVF: the collection has no vectors to train on");
-  std::size_t nlist = params.nlist;
-  if (nlist == 0) {
-    nlist = 1;
-    while (nlist * nlist < 16 * total) nlist *= 2;  // about 4*sqrt(rows)
-  }
-  if (nlist > total) {
-    return invalid_argument(fmt::format("IVF: nlist {} exceeds the {} vectors", nlist, total));
-  }
   std::mt19937_64 rng(params.seed);
-  // Training sample: up to max_train_points_per_list per list, drawn without replacement.
   std::size_t sample_count =
       std::min(total, nlist * std::max<std::size_t>(1, params.max_train_points_per_list));
   std::vector<std::size_t> order(total);
@@ -371,92 +366,149 @@ StatusOr<IvfFlat> IvfFlat::build(std::span<const RowBlock> blocks, std::size_t d
     std::uniform_int_distribution<std::size_t> pick(i, total - 1);
     std::swap(order[i], order[pick(rng)]);
   }
-  // Maps a flat row number to its block row.
   std::vector<std::size_t> block_starts;
   for (std::size_t b = 0, s = 0; b < blocks.size(); s += blocks[b].rows, ++b) {
     block_starts.push_back(s);
   }
-  auto row_pointer = [&](std::size_t flat) {
+  std::vector<float> sample(sample_count * dim);
+  for (std::size_t i = 0; i < sample_count; ++i) {
+    std::size_t flat = order[i];
     std::size_t b =
         static_cast<std::size_t>(std::upper_bound(block_starts.begin(), block_starts.end(), flat) -
                                  block_starts.begin() - 1);
-    return blocks[b].vectors + (flat - block_starts[b]) * dim;
-  };
-  std::vector<float> sample(sample_count * dim);
-  for (std::size_t i = 0; i < sample_count; ++i) {
-    std::memcpy(&sample[i * dim], row_pointer(order[i]), dim * sizeof(float));
+    std::memcpy(&sample[i * dim], blocks[b].vectors + (flat - block_starts[b]) * dim,
+                dim * sizeof(float));
   }
-  IvfFlat index;
-  index.dim_ = dim;
-  index.metric_ = metric;
-  index.centroids_.assign(sample.begin(), sample.begin() + static_cast<long>(nlist * dim));
-  index.centroid_norms_.resize(nlist);
-  std::vector<std::uint32_t> assignment(sample_count);
-  for (int iteration = 0; iteration <= params.iterations; ++iteration) {
-    squared_norms(index.centroids_.data(), nlist, dim, index.centroid_norms_.data());
-    RowBlock centroid_block{index.centroids_.data(), index.centroid_norms_.data(), nlist, 0,
-                            nullptr};
-    auto nearest = exact_scan({&centroid_block, 1}, dim, Metric::kL2, sample.data(), sample_count,
-                              1, nullptr, threads);
-    for (std::size_t i = 0; i < sample_count; ++i) {
+  return sample;
+}
+
+std::vector<float> kmeans_cpu(const float* sample, std::size_t count, std::size_t dim,
+                              std::size_t nlist, int iterations, int threads) {
+  std::vector<float> centroids(sample, sample + nlist * dim);
+  std::vector<float> centroid_norms(nlist);
+  std::vector<std::uint32_t> assignment(count);
+  for (int iteration = 0; iteration < iterations; ++iteration) {
+    squared_norms(centroids.data(), nlist, dim, centroid_norms.data());
+    RowBlock centroid_block{centroids.data(), centroid_norms.data(), nlist, 0, nullptr};
+    auto nearest =
+        exact_scan({&centroid_block, 1}, dim, Metric::kL2, sample, count, 1, nullptr, threads);
+    for (std::size_t i = 0; i < count; ++i) {
       assignment[i] = static_cast<std::uint32_t>(nearest[i].items()[0].position);
     }
-    if (iteration == params.iterations) break;
     std::vector<double> sums(nlist * dim, 0.0);
     std::vector<std::size_t> counts(nlist, 0);
-    for (std::size_t i = 0; i < sample_count; ++i) {
+    for (std::size_t i = 0; i < count; ++i) {
       double* sum = &sums[assignment[i] * dim];
-      const float* x = &sample[i * dim];
+      const float* x = sample + i * dim;
       for (std::size_t t = 0; t < dim; ++t) sum[t] += x[t];
       ++counts[assignment[i]];
     }
     for (std::size_t c = 0; c < nlist; ++c) {
       if (counts[c] == 0) continue;
       for (std::size_t t = 0; t < dim; ++t) {
-        index.centroids_[c * dim + t] = static_cast<float>(sums[c * dim + t] / double(counts[c]));
+        centroids[c * dim + t] = static_cast<float>(sums[c * dim + t] / double(counts[c]));
       }
     }
-    // Empty lists take a slightly moved copy of the largest list's centroid (as FAISS does), so
-    // the next assignment splits that list in two.
-    for (std::size_t c = 0; c < nlist; ++c) {
-      if (counts[c] != 0) continue;
-      std::size_t largest =
-          static_cast<std::size_t>(std::max_element(counts.begin(), counts.end()) - counts.begin());
-      for (std::size_t t = 0; t < dim; ++t) {
-        float value = index.centroids_[largest * dim + t];
-        float nudge = (t % 2 ? 1.0f : -1.0f) * 1e-3f * (std::fabs(value) + 1e-3f);
-        index.centroids_[c * dim + t] = value + nudge;
-        index.centroids_[largest * dim + t] = value - nudge;
-      }
-      counts[c] = counts[largest] / 2;
-      counts[largest] -= counts[c];
-    }
+    split_empty_lists(centroids.data(), counts.data(), nlist, dim);
   }
-  // Assign every row to its list, then regroup the vectors list by list.
-  RowBlock centroid_block{index.centroids_.data(), index.centroid_norms_.data(), nlist, 0, nullptr};
-  std::vector<std::uint32_t> list_of(total);
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    auto nearest = exact_scan({&centroid_block, 1}, dim, Metric::kL2, blocks[b].vectors,
-                              blocks[b].rows, 1, nullptr, threads);
-    for (std::size_t r = 0; r < blocks[b].rows; ++r) {
-      list_of[block_starts[b] + r] = static_cast<std::uint32_t>(nearest[r].items()[0].position);
+  return centroids;
+}
+
+void split_empty_lists(float* centroids, std::size_t* counts, std::size_t nlist, std::size_t dim) {
+  // Empty lists take a slightly moved copy of the largest list's centroid (as FAISS does), so
+  // the next assignment splits that list in two.
+  for (std::size_t c = 0; c < nlist; ++c) {
+    if (counts[c] != 0) continue;
+    std::size_t largest =
+        static_cast<std::size_t>(std::max_element(counts, counts + nlist) - counts);
+    for (std::size_t t = 0; t < dim; ++t) {
+      float value = centroids[largest * dim + t];
+      float nudge = (t % 2 ? 1.0f : -1.0f) * 1e-3f * (std::fabs(value) + 1e-3f);
+      centroids[c * dim + t] = value + nudge;
+      centroids[largest * dim + t] = value - nudge;
     }
+    counts[c] = counts[largest] / 2;
+    counts[largest] -= counts[c];
   }
-  index.list_offsets_.assign(nlist + 1, 0);
-  for (auto list : list_of) ++index.list_offsets_[list + 1];
-  std::partial_sum(index.list_offsets_.begin(), index.list_offsets_.end(),
-                   index.list_offsets_.begin());
-  std::vector<std::size_t> fill(index.list_offsets_.begin(), index.list_offsets_.end() - 1);
-  index.list_vectors_.resize(total * dim);
-  index.list_norms_.resize(total);
-  index.list_positions_.resize(total);
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    for (std::size_t r = 0; r < blocks[b].rows; ++r) {
-      std::size_t slot = fill[list_of[block_starts[b] + r]]++;
-      std::memcpy(&index.list_vectors_[slot * dim], blocks[b].vectors + r * dim,
-                  dim * sizeof(float));
-      index.list_norms_[slot] = blocks[b].norms[r];
-      index.list_positions_[slot] = row_position(blocks[b], r);
+}
+
+double kmeans_inertia(const float* rows, std::size_t count, std::size_t dim, const float* centroids,
+                      std::size_t nlist, int threads) {
+  std::vector<float> centroid_norms(nlist);
+  squared_norms(centroids, nlist, dim, centroid_norms.data());
+  RowBlock centroid_block{centroids, centroid_norms.data(), nlist, 0, nullptr};
+  auto nearest =
+      exact_scan({&centroid_block, 1}, dim, Metric::kL2, rows, count, 1, nullptr, threads);
+  double total = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float* c = centroids + nearest[i].items()[0].position * dim;
+    double d = 0;
+    for (std::size_t t = 0; t < dim; ++t) {
+      double diff = double(rows[i * dim + t]) - double(c[t]);
+      d += diff * diff;
+    }
+    total += d;
+  }
+  return total;
+}
+
+IvfFlat IvfFlat::with_centroids(std::vector<float> centroids, std::size_t dim, Metric metric) {
+  IvfFlat index;
+  index.dim_ = dim;
+  index.metric_ = metric;
+  const std::size_t nlist = dim == 0 ? 0 : centroids.size() / dim;
+  index.centroids_ = std::move(centroids);
+  index.centroid_norms_.resize(nlist);
+  squared_norms(index.centroids_.data(), nlist, dim, index.centroid_norms_.data());
+  index.lists_.resize(nlist);
+  return index;
+}
+
+void IvfFlat::nearest(const float* rows, std::size_t count, std::uint32_t* lists, float* distances,
+                      int threads) const {
+  RowBlock centroid_block{centroids_.data(), centroid_norms_.data(), nlist(), 0, nullptr};
+  auto found =
+      exact_scan({&centroid_block, 1}, dim_, Metric::kL2, rows, count, 1, nullptr, threads);
+  for (std::size_t i = 0; i < count; ++i) {
+    lists[i] = static_cast<std::uint32_t>(found[i].items()[0].position);
+    if (distances != nullptr) distances[i] = found[i].items()[0].distance;
+  }
+}
+
+void IvfFlat::append(std::uint32_t list, const float* vector, float norm, std::uint64_t position) {
+  List& target = lists_[list];
+  target.vectors.insert(target.vectors.end(), vector, vector + dim_);
+  target.norms.push_back(norm);
+  target.positions.push_back(position);
+  ++rows_;
+}
+
+void IvfFlat::reserve(std::uint32_t list, std::size_t rows) {
+  List& target = lists_[list];
+  target.vectors.reserve(target.vectors.size() + rows * dim_);
+  target.norms.reserve(target.norms.size() + rows);
+  target.positions.reserve(target.positions.size() + rows);
+}
+
+StatusOr<IvfFlat> IvfFlat::build(std::span<const RowBlock> blocks, std::size_t dim, Metric metric,
+                                 const IvfParams& params, int threads) {
+  auto start = std::chrono::steady_clock::now();
+  std::size_t total = 0;
+  for (const auto& block : blocks) total += block.rows;
+  if (total == 0) return failed_precondition("IVF: the collection has no vectors to train on");
+  std::size_t nlist = params.nlist != 0 ? params.nlist : default_nlist(total);
+  if (nlist > total) {
+    return invalid_argument(fmt::format("IVF: nlist {} exceeds the {} vectors", nlist, total));
+  }
+  std::vector<float> sample = ivf_training_sample(blocks, dim, nlist, params);
+  IvfFlat index = with_centroids(
+      kmeans_cpu(sample.data(), sample.size() / dim, dim, nlist, params.iterations, threads), dim,
+      metric);
+  for (const auto& block : blocks) {
+    std::vector<std::uint32_t> lists(block.rows);
+    index.nearest(block.vectors, block.rows, lists.data(), nullptr, threads);
+    for (std::size_t r = 0; r < block.rows; ++r) {
+      index.append(lists[r], block.vectors + r * dim, block.norms[r], row_position(block, r));
     }
   }
   index.train_seconds_ =
@@ -464,26 +516,41 @@ StatusOr<IvfFlat> IvfFlat::build(std::span<const RowBlock> blocks, std::size_t d
   return index;
 }
 
+std::vector<std::vector<std::uint32_t>> IvfFlat::probes(const float* queries,
+                                                        std::size_t query_count, std::size_t nprobe,
+                                                        int threads) const {
+  nprobe = std::clamp<std::size_t>(nprobe, 1, nlist());
+  RowBlock centroid_block{centroids_.data(), centroid_norms_.data(), nlist(), 0, nullptr};
+  auto found = exact_scan({&centroid_block, 1}, dim_, Metric::kL2, queries, query_count, nprobe,
+                          nullptr, threads);
+  std::vector<std::vector<std::uint32_t>> result(query_count);
+  for (std::size_t q = 0; q < query_count; ++q) {
+    for (const auto& item : found[q].items()) {
+      result[q].push_back(static_cast<std::uint32_t>(item.position));
+    }
+  }
+  return result;
+}
+
 std::vector<TopK> IvfFlat::search(const float* queries, std::size_t query_count, std::size_t k,
                                   std::size_t nprobe, const AllowMask* mask, int threads) const {
-  std::size_t lists = nlist();
-  nprobe = std::clamp<std::size_t>(nprobe, 1, lists);
-  RowBlock centroid_block{centroids_.data(), centroid_norms_.data(), lists, 0, nullptr};
-  auto probes = exact_scan({&centroid_block, 1}, dim_, Metric::kL2, queries, query_count, nprobe,
-                           nullptr, threads);
+  const std::size_t lists = nlist();
+  auto probed = probes(queries, query_count, nprobe, threads);
   // Invert the probes: which queries visit each list. Queries sharing a list are scanned as one
   // tile, so each list vector is read once per tile instead of once per query.
   std::vector<std::vector<std::uint32_t>> visitors(lists);
   std::size_t visited_rows = 0;
   for (std::size_t q = 0; q < query_count; ++q) {
-    for (const auto& probe : probes[q].items()) {
-      visitors[probe.position].push_back(static_cast<std::uint32_t>(q));
-      visited_rows += list_offsets_[probe.position + 1] - list_offsets_[probe.position];
+    for (std::uint32_t list : probed[q]) {
+      visitors[list].push_back(static_cast<std::uint32_t>(q));
+      visited_rows += lists_[list].positions.size();
     }
   }
   std::vector<std::uint32_t> active;
   for (std::size_t l = 0; l < lists; ++l) {
-    if (!visitors[l].empty()) active.push_back(static_cast<std::uint32_t>(l));
+    if (!visitors[l].empty() && !lists_[l].positions.empty()) {
+      active.push_back(static_cast<std::uint32_t>(l));
+    }
   }
   std::vector<float> query_norms(query_count);
   squared_norms(queries, query_count, dim_, query_norms.data());
@@ -502,10 +569,9 @@ std::vector<TopK> IvfFlat::search(const float* queries, std::size_t query_count,
     std::size_t list = active[task];
     const auto& queries_here = visitors[list];
     Scratch& s = scratch[worker];
-    RowBlock block{list_vectors_.data() + list_offsets_[list] * dim_,
-                   list_norms_.data() + list_offsets_[list],
-                   list_offsets_[list + 1] - list_offsets_[list], 0,
-                   list_positions_.data() + list_offsets_[list]};
+    const List& rows = lists_[list];
+    RowBlock block{rows.vectors.data(), rows.norms.data(), rows.positions.size(), 0,
+                   rows.positions.data()};
     for (std::size_t t0 = 0; t0 < queries_here.size(); t0 += kQueryTile) {
       std::size_t tile = std::min(kQueryTile, queries_here.size() - t0);
       s.gathered.resize(tile * dim_);

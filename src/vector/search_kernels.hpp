@@ -98,28 +98,70 @@ std::vector<TopK> exact_scan(std::span<const RowBlock> blocks, std::size_t dim, 
                              const float* queries, std::size_t query_count, std::size_t k,
                              const AllowMask* mask, int threads);
 
-// IVF-Flat: k-means centroids plus vectors regrouped by list.
+// The IVF list count used when IvfParams::nlist is 0: about 4*sqrt(rows), a power of two.
+std::size_t default_nlist(std::size_t rows);
+
+// The k-means training sample: up to params.max_train_points_per_list * nlist rows drawn without
+// replacement (params.seed), [count, dim] row-major. Its first nlist rows seed the centroids.
+std::vector<float> ivf_training_sample(std::span<const RowBlock> blocks, std::size_t dim,
+                                       std::size_t nlist, const IvfParams& params);
+
+// Lloyd's k-means (L2) on the CPU over `sample` [count, dim], seeded with its first nlist rows;
+// empty lists take a nudged half of the largest. Returns the centroids [nlist, dim].
+std::vector<float> kmeans_cpu(const float* sample, std::size_t count, std::size_t dim,
+                              std::size_t nlist, int iterations, int threads);
+
+// Gives each empty list (counts[c] == 0) a nudged copy of the largest list's centroid and half its
+// count, so the next assignment splits that list. centroids [nlist, dim].
+void split_empty_lists(float* centroids, std::size_t* counts, std::size_t nlist, std::size_t dim);
+
+// The centroids' k-means objective: sum of squared L2 distances of `rows` to their nearest
+// centroid, in float64 (the GPU k-means test compares this between engines).
+double kmeans_inertia(const float* rows, std::size_t count, std::size_t dim, const float* centroids,
+                      std::size_t nlist, int threads);
+
+// IVF-Flat: k-means centroids plus, per list, a copy of its rows (vectors, norms, positions).
+// Lists only grow: a row added after training is appended to its nearest centroid's list.
 class IvfFlat {
  public:
-  // Trains on (a sample of) the blocks and assigns every row. `total_rows` = sum of block rows.
+  // Trains on the CPU (a sample of) the blocks and assigns every row.
   static StatusOr<IvfFlat> build(std::span<const RowBlock> blocks, std::size_t dim, Metric metric,
                                  const IvfParams& params, int threads);
+  // Empty lists around `centroids` [nlist, dim].
+  static IvfFlat with_centroids(std::vector<float> centroids, std::size_t dim, Metric metric);
+  // The nearest centroid (squared L2) of each of `count` rows [count, dim] and that distance.
+  void nearest(const float* rows, std::size_t count, std::uint32_t* lists, float* distances,
+               int threads) const;
+  void append(std::uint32_t list, const float* vector, float norm, std::uint64_t position);
+  // Makes room for `rows` more rows in `list` (saves the regrowth copies of a bulk fill).
+  void reserve(std::uint32_t list, std::size_t rows);
   // Probes the `nprobe` nearest lists of each query; queries sharing a list are scanned together.
   std::vector<TopK> search(const float* queries, std::size_t query_count, std::size_t k,
                            std::size_t nprobe, const AllowMask* mask, int threads) const;
-  std::size_t nlist() const { return list_offsets_.empty() ? 0 : list_offsets_.size() - 1; }
-  std::size_t rows() const { return list_positions_.size(); }
+  // The nprobe nearest lists of each query, nearest first ([query_count][nprobe]).
+  std::vector<std::vector<std::uint32_t>> probes(const float* queries, std::size_t query_count,
+                                                 std::size_t nprobe, int threads) const;
+  std::size_t nlist() const { return lists_.size(); }
+  std::size_t rows() const { return rows_; }
+  std::size_t dim() const { return dim_; }
+  Metric metric() const { return metric_; }
   double train_seconds() const { return train_seconds_; }
+  void set_train_seconds(double seconds) { train_seconds_ = seconds; }
+  const std::vector<float>& centroids() const { return centroids_; }
+  struct List {
+    std::vector<float> vectors;            // [rows, dim]
+    std::vector<float> norms;              // [rows] squared L2 norms
+    std::vector<std::uint64_t> positions;  // [rows] global positions
+  };
+  const List& list(std::size_t index) const { return lists_[index]; }
 
  private:
   std::size_t dim_ = 0;
   Metric metric_ = Metric::kL2;
-  std::vector<float> centroids_;               // [nlist, dim]
-  std::vector<float> centroid_norms_;          // [nlist]
-  std::vector<std::size_t> list_offsets_;      // [nlist + 1] into the arrays below
-  std::vector<float> list_vectors_;            // [rows, dim] grouped by list
-  std::vector<float> list_norms_;              // [rows]
-  std::vector<std::uint64_t> list_positions_;  // [rows] global positions
+  std::vector<float> centroids_;       // [nlist, dim]
+  std::vector<float> centroid_norms_;  // [nlist]
+  std::vector<List> lists_;            // [nlist]
+  std::size_t rows_ = 0;
   double train_seconds_ = 0;
 };
 

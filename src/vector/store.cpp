@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,8 @@
 #include "gpuopt/core/regular_file.hpp"
 #include "gpuopt/vector/filter.hpp"
 #include "gpuopt/vector/gpu_search.hpp"
+#include "ivf_gpu.hpp"
+#include "ivf_index.hpp"
 #include "search_kernels.hpp"
 #include "segment.hpp"
 
@@ -116,9 +119,31 @@ struct Collection::State {
   std::uint64_t total_rows = 0;
   std::vector<std::uint64_t> dead;  // bit per global position
   std::size_t dead_count = 0;
+  // The IVF index, loaded from its file (or trained) by the first IVF query and kept across
+  // writes: rows written since are appended to their nearest list before the next IVF query.
+  struct Ivf {
+    detail::IvfFlat index;
+    std::string file;
+    std::uint64_t generation = 0;
+    std::uint64_t trained_rows = 0;
+    std::uint64_t saved_rows = 0;  // rows the published file covers
+    detail::IvfTrainEngine engine = detail::IvfTrainEngine::kCpu;
+    std::uint32_t iterations = 0;
+    double train_seconds = 0;
+    double trained_mean_distance = 0;
+    double added_distance_sum = 0;
+  };
+  std::optional<Ivf> ivf;
+  std::size_t ivf_trainings = 0;
+  Status save_ivf();
+  StatusOr<std::size_t> catch_up_ivf(int threads);
+  Status load_ivf();
+  IvfIndexStats describe_ivf(const IvfParams& thresholds) const;
+  // The GPU copy of the IVF lists, valid for `ivf_gpu_generation` with `ivf_gpu_rows` rows.
+  std::unique_ptr<detail::GpuIvfLists> ivf_gpu;
+  std::uint64_t ivf_gpu_generation = 0;
+  std::size_t ivf_gpu_rows = 0;
   // Caches dropped on every write.
-  std::optional<detail::IvfFlat> ivf;
-  IvfParams ivf_params;
   std::optional<std::vector<Metadata>> metadata_by_position;
   // The GPU engine's copy of the rows, in position order: segments [0, gpu_segments) are on
   // gpu_device. Rows are only ever appended, so a write leaves it valid; the next GPU query copies
@@ -158,9 +183,17 @@ struct Collection::State {
     segments.push_back(std::move(segment));
     return ok_status();
   }
-  void invalidate() {
-    ivf.reset();
-    metadata_by_position.reset();
+  void invalidate() { metadata_by_position.reset(); }
+  // The segment row at a global position.
+  std::pair<std::size_t, std::uint64_t> locate(std::uint64_t position) const {
+    std::size_t index = static_cast<std::size_t>(
+        std::upper_bound(segment_first_position.begin(), segment_first_position.end(), position) -
+        segment_first_position.begin() - 1);
+    return {index, position - segment_first_position[index]};
+  }
+  std::uint64_t id_at(std::uint64_t position) const {
+    auto [index, row] = locate(position);
+    return segments[index]->ids()[row];
   }
 };
 
@@ -432,20 +465,410 @@ StatusOr<std::vector<RowSpan>> Collection::rows(const std::string& where_json,
   return spans;
 }
 
+// ---- The persistent IVF index -------------------------------------------------------------------
+// The index file (ivf_index.hpp) holds the centroids and each list's positions and ids; the
+// catalogue's ivf_indexes row names the published file. Rows written after a save are not in the
+// file: their segments are durable, and loading assigns them to their nearest centroid again (the
+// same rule an in-process write follows), re-saving once they are a quarter of the saved rows.
+
+namespace {
+
+constexpr double kIvfResaveFraction = 0.25;
+
+Status ensure_ivf_table(sqlite3* db) {
+  return exec(db,
+              "CREATE TABLE IF NOT EXISTS ivf_indexes(collection TEXT PRIMARY KEY, file TEXT NOT "
+              "NULL, generation INTEGER NOT NULL, bytes INTEGER NOT NULL, crc INTEGER NOT NULL, "
+              "covered_rows INTEGER NOT NULL)");
+}
+
+// The catalogue's record of the collection's published index, if any.
+StatusOr<std::optional<detail::IvfFileInfo>> ivf_catalogue_entry(sqlite3* db,
+                                                                 const std::string& name) {
+  GPUOPT_RETURN_IF_ERROR(ensure_ivf_table(db));
+  Statement select(db, "SELECT file, generation, bytes, crc FROM ivf_indexes WHERE collection = ?");
+  if (!select.ok()) return sqlite_error(db, "prepare");
+  select.bind(1, name);
+  int rc = select.step();
+  if (rc == SQLITE_DONE) return std::optional<detail::IvfFileInfo>();
+  if (rc != SQLITE_ROW) return sqlite_error(db, "read the IVF index entry");
+  detail::IvfFileInfo info;
+  info.file = select.text(0);
+  info.generation = static_cast<std::uint64_t>(select.integer(1));
+  info.bytes = static_cast<std::uint64_t>(select.integer(2));
+  info.data_crc = static_cast<std::uint32_t>(select.integer(3));
+  return std::optional<detail::IvfFileInfo>(std::move(info));
+}
+
+const char* train_engine_name(detail::IvfTrainEngine engine) {
+  return engine == detail::IvfTrainEngine::kGpu ? "gpu" : "cpu";
+}
+
+}  // namespace
+
+// Publishes s.ivf as a new file: written and fsync'd under a fresh name, named in the catalogue
+// in one transaction, then the previous file is removed.
+Status Collection::State::save_ivf() {
+  State& s = *this;
+  auto& ivf = *s.ivf;
+  const detail::IvfFlat& index = ivf.index;
+  GPUOPT_ASSIGN_OR_RETURN(auto current, ivf_catalogue_entry(s.db, s.name));
+  const std::uint64_t base_generation = current ? current->generation : 0;
+  detail::IvfFileContents contents;
+  contents.dim = index.dim();
+  contents.metric = index.metric();
+  contents.nlist = index.nlist();
+  contents.generation = std::max(base_generation, ivf.generation) + 1;
+  contents.trained_rows = ivf.trained_rows;
+  contents.covered_rows = index.rows();
+  contents.engine = ivf.engine;
+  contents.iterations = ivf.iterations;
+  contents.train_seconds = ivf.train_seconds;
+  contents.trained_mean_distance = ivf.trained_mean_distance;
+  contents.added_distance_sum = ivf.added_distance_sum;
+  contents.centroids = index.centroids();
+  contents.list_offsets.assign(index.nlist() + 1, 0);
+  contents.positions.reserve(index.rows());
+  contents.ids.reserve(index.rows());
+  for (std::size_t l = 0; l < index.nlist(); ++l) {
+    for (std::uint64_t position : index.list(l).positions) {
+      contents.positions.push_back(position);
+      contents.ids.push_back(s.id_at(position));
+    }
+    contents.list_offsets[l + 1] = contents.positions.size();
+  }
+  // The process id keeps two processes that save at once from writing the same name.
+  const std::string file =
+      fmt::format("{}-ivf-{:08d}-{}.ivf", s.name, contents.generation, ::getpid());
+  const fs::path path = s.segment_directory / file;
+  GPUOPT_ASSIGN_OR_RETURN(detail::IvfFileInfo info, detail::write_ivf_file(path, contents));
+  sqlite3* db = s.db;
+  auto discard = [&](Status status) {
+    Status rollback = exec(db, "ROLLBACK");
+    (void)rollback;
+    std::error_code ignored;
+    fs::remove(path, ignored);
+    return status;
+  };
+  GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
+  Statement check(db, "SELECT generation FROM ivf_indexes WHERE collection = ?");
+  if (!check.ok()) return discard(sqlite_error(db, "prepare"));
+  check.bind(1, s.name);
+  int rc = check.step();
+  std::uint64_t now = rc == SQLITE_ROW ? static_cast<std::uint64_t>(check.integer(0)) : 0;
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return discard(sqlite_error(db, "read IVF entry"));
+  if (now != base_generation) {
+    return discard(failed_precondition(fmt::format(
+        "collection \"{}\": another process saved an IVF index meanwhile; reopen the store",
+        s.name)));
+  }
+  Statement publish(db,
+                    "INSERT OR REPLACE INTO ivf_indexes(collection, file, generation, bytes, crc, "
+                    "covered_rows) VALUES(?,?,?,?,?,?)");
+  if (!publish.ok()) return discard(sqlite_error(db, "prepare"));
+  publish.bind(1, s.name)
+      .bind(2, info.file)
+      .bind(3, static_cast<std::int64_t>(info.generation))
+      .bind(4, static_cast<std::int64_t>(info.bytes))
+      .bind(5, static_cast<std::int64_t>(info.data_crc))
+      .bind(6, static_cast<std::int64_t>(contents.covered_rows));
+  if (publish.step() != SQLITE_DONE) return discard(sqlite_error(db, "publish the IVF index"));
+  if (sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return discard(sqlite_error(db, "commit"));
+  }
+  if (current && current->file != info.file && current->file.find('/') == std::string::npos) {
+    std::error_code ignored;
+    fs::remove(s.segment_directory / current->file, ignored);
+  }
+  ivf.file = info.file;
+  ivf.generation = info.generation;
+  ivf.saved_rows = contents.covered_rows;
+  return ok_status();
+}
+
+// Appends rows [index.rows(), total_rows) to their nearest lists; re-saves once they are many.
+StatusOr<std::size_t> Collection::State::catch_up_ivf(int threads) {
+  State& s = *this;
+  auto& ivf = *s.ivf;
+  std::size_t assigned = 0;
+  const std::size_t dim = s.config.dim;
+  while (ivf.index.rows() < s.total_rows) {
+    const std::uint64_t position = ivf.index.rows();
+    auto [segment, row] = s.locate(position);
+    const auto& seg = *s.segments[segment];
+    const std::size_t count = seg.info().rows - row;
+    const float* vectors = seg.vectors() + row * dim;
+    std::vector<std::uint32_t> lists(count);
+    std::vector<float> distances(count);
+    ivf.index.nearest(vectors, count, lists.data(), distances.data(), threads);
+    for (std::size_t i = 0; i < count; ++i) {
+      ivf.index.append(lists[i], vectors + i * dim, seg.norms()[row + i], position + i);
+      ivf.added_distance_sum += distances[i];
+    }
+    assigned += count;
+  }
+  if (assigned > 0 && double(ivf.index.rows() - ivf.saved_rows) >=
+                          std::max(1.0, kIvfResaveFraction * double(ivf.saved_rows))) {
+    GPUOPT_RETURN_IF_ERROR(s.save_ivf());
+  }
+  return assigned;
+}
+
+// Loads the published index when it is newer than the one in memory (or none is loaded).
+Status Collection::State::load_ivf() {
+  State& s = *this;
+  GPUOPT_ASSIGN_OR_RETURN(auto entry, ivf_catalogue_entry(s.db, s.name));
+  if (!entry) {
+    s.ivf.reset();
+    return ok_status();
+  }
+  if (s.ivf && s.ivf->generation == entry->generation) return ok_status();
+  const fs::path path = s.segment_directory / entry->file;
+  if (entry->file.find('/') != std::string::npos) {
+    return data_loss(
+        fmt::format("IVF index {}: the catalogue names a file outside segments/", path.string()));
+  }
+  GPUOPT_ASSIGN_OR_RETURN(detail::IvfFileContents contents,
+                          detail::read_ivf_file(path, *entry, s.config.dim, s.config.metric));
+  auto loss = [&](const std::string& what) {
+    return data_loss(fmt::format(
+        "IVF index {}: {} (`gpuopt vector reindex` rebuilds it; exact queries are unaffected)",
+        path.string(), what));
+  };
+  if (contents.covered_rows > s.total_rows || contents.trained_rows > contents.covered_rows) {
+    return loss(fmt::format("covers {} rows (trained on {}), the collection has {}",
+                            contents.covered_rows, contents.trained_rows, s.total_rows));
+  }
+  Ivf ivf;
+  ivf.index =
+      detail::IvfFlat::with_centroids(std::move(contents.centroids), s.config.dim, s.config.metric);
+  for (std::size_t l = 0; l < contents.nlist; ++l) {
+    ivf.index.reserve(static_cast<std::uint32_t>(l),
+                      contents.list_offsets[l + 1] - contents.list_offsets[l]);
+    for (std::uint64_t i = contents.list_offsets[l]; i < contents.list_offsets[l + 1]; ++i) {
+      const std::uint64_t position = contents.positions[i];
+      auto [segment, row] = s.locate(position);
+      const auto& seg = *s.segments[segment];
+      if (seg.ids()[row] != contents.ids[i]) {
+        return loss(
+            fmt::format("row {} holds id {}, the index says id {} (it belongs to other data)",
+                        position, seg.ids()[row], contents.ids[i]));
+      }
+      ivf.index.append(static_cast<std::uint32_t>(l), seg.vectors() + row * s.config.dim,
+                       seg.norms()[row], position);
+    }
+  }
+  ivf.file = entry->file;
+  ivf.generation = contents.generation;
+  ivf.trained_rows = contents.trained_rows;
+  ivf.saved_rows = contents.covered_rows;
+  ivf.engine = contents.engine;
+  ivf.iterations = contents.iterations;
+  ivf.train_seconds = contents.train_seconds;
+  ivf.trained_mean_distance = contents.trained_mean_distance;
+  ivf.added_distance_sum = contents.added_distance_sum;
+  ivf.index.set_train_seconds(contents.train_seconds);
+  s.ivf = std::move(ivf);
+  s.ivf_gpu.reset();
+  return ok_status();
+}
+
 StatusOr<double> Collection::build_ivf(const IvfParams& params, int threads) {
   State& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
   GPUOPT_ASSIGN_OR_RETURN(auto spans, rows("", nullptr));
+  const std::size_t dim = s.config.dim;
+  const std::uint64_t total = s.total_rows;
+  if (total == 0) return failed_precondition("IVF: the collection has no vectors to train on");
+  const std::size_t nlist = params.nlist != 0 ? params.nlist : detail::default_nlist(total);
+  if (nlist > total) {
+    return invalid_argument(fmt::format("IVF: nlist {} exceeds the {} vectors", nlist, total));
+  }
+  if (params.iterations < 0) {
+    return invalid_argument(fmt::format("IVF: {} k-means iterations", params.iterations));
+  }
   std::vector<detail::RowBlock> blocks;
   for (std::size_t i = 0; i < spans.size(); ++i) {
     blocks.push_back(
         {spans[i].vectors, spans[i].norms, spans[i].rows, s.segment_first_position[i], nullptr});
   }
-  GPUOPT_ASSIGN_OR_RETURN(
-      auto index, detail::IvfFlat::build(blocks, s.config.dim, s.config.metric, params, threads));
-  double seconds = index.train_seconds();
-  s.ivf = std::move(index);
-  s.ivf_params = params;
-  return seconds;
+  const std::vector<float> sample = detail::ivf_training_sample(blocks, dim, nlist, params);
+  const std::size_t sample_rows = sample.size() / dim;
+  std::vector<float> centroids;
+  std::vector<std::uint32_t> lists(total);
+  std::vector<float> distances(total);
+  detail::IvfTrainEngine engine = detail::IvfTrainEngine::kCpu;
+  if (params.engine != QueryEngine::kCpu) {
+    auto gpu = [&]() -> Status {
+      GPUOPT_ASSIGN_OR_RETURN(auto kmeans, detail::GpuKmeans::create(dim, params.device));
+      GPUOPT_ASSIGN_OR_RETURN(centroids,
+                              kmeans->train(sample.data(), sample_rows, nlist, params.iterations));
+      for (std::size_t i = 0; i < spans.size(); ++i) {
+        const std::size_t at = s.segment_first_position[i];
+        GPUOPT_RETURN_IF_ERROR(kmeans->assign(centroids.data(), nlist, spans[i].vectors,
+                                              spans[i].rows, lists.data() + at,
+                                              distances.data() + at));
+      }
+      return ok_status();
+    }();
+    if (gpu.ok()) {
+      engine = detail::IvfTrainEngine::kGpu;
+    } else if (params.engine == QueryEngine::kGpu) {
+      return gpu.with_context("IVF: GPU k-means");
+    } else {
+      centroids.clear();
+    }
+  }
+  if (engine == detail::IvfTrainEngine::kCpu) {
+    centroids =
+        detail::kmeans_cpu(sample.data(), sample_rows, dim, nlist, params.iterations, threads);
+  }
+  State::Ivf ivf;
+  ivf.index = detail::IvfFlat::with_centroids(std::move(centroids), dim, s.config.metric);
+  if (engine == detail::IvfTrainEngine::kCpu) {
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      const std::size_t at = s.segment_first_position[i];
+      ivf.index.nearest(spans[i].vectors, spans[i].rows, lists.data() + at, distances.data() + at,
+                        threads);
+    }
+  }
+  {
+    std::vector<std::size_t> sizes(nlist, 0);
+    for (auto list : lists) {
+      if (list >= nlist) {
+        return internal_error(fmt::format("IVF: a row was assigned to list {} of {}", list, nlist));
+      }
+      ++sizes[list];
+    }
+    for (std::size_t l = 0; l < nlist; ++l) {
+      ivf.index.reserve(static_cast<std::uint32_t>(l), sizes[l]);
+    }
+  }
+  double distance_sum = 0;
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const std::size_t at = s.segment_first_position[i];
+    for (std::size_t r = 0; r < spans[i].rows; ++r) {
+      ivf.index.append(lists[at + r], spans[i].vectors + r * dim, spans[i].norms[r], at + r);
+      distance_sum += distances[at + r];
+    }
+  }
+  ivf.trained_rows = total;
+  ivf.engine = engine;
+  ivf.iterations = static_cast<std::uint32_t>(params.iterations);
+  ivf.trained_mean_distance = distance_sum / double(total);
+  ivf.train_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ivf.index.set_train_seconds(ivf.train_seconds);
+  if (s.ivf) ivf.generation = s.ivf->generation;
+  s.ivf = std::move(ivf);
+  s.ivf_gpu.reset();
+  ++s.ivf_trainings;
+  // The index serves this process even when saving fails; the error says why it was not kept.
+  GPUOPT_RETURN_IF_ERROR(s.save_ivf().with_context("IVF: saving the index"));
+  return s.ivf->train_seconds;
+}
+
+IvfIndexStats Collection::State::describe_ivf(const IvfParams& thresholds) const {
+  const State& s = *this;
+  IvfIndexStats stats;
+  stats.trainings = s.ivf_trainings;
+  if (!s.ivf) return stats;
+  const auto& ivf = *s.ivf;
+  stats.present = true;
+  stats.file = ivf.file;
+  stats.generation = ivf.generation;
+  stats.nlist = ivf.index.nlist();
+  stats.train_engine = train_engine_name(ivf.engine);
+  stats.train_seconds = ivf.train_seconds;
+  stats.trained_rows = ivf.trained_rows;
+  stats.rows_since_training = ivf.index.rows() - ivf.trained_rows;
+  stats.growth =
+      ivf.trained_rows > 0 ? double(stats.rows_since_training) / double(ivf.trained_rows) : 0;
+  stats.trained_mean_distance = ivf.trained_mean_distance;
+  if (stats.rows_since_training > 0) {
+    stats.added_mean_distance = ivf.added_distance_sum / double(stats.rows_since_training);
+    if (ivf.trained_mean_distance > 0) {
+      stats.distance_ratio = stats.added_mean_distance / ivf.trained_mean_distance;
+    }
+  }
+  stats.retrain_recommended = stats.growth > thresholds.retrain_growth ||
+                              (stats.rows_since_training >= stats.nlist &&
+                               stats.distance_ratio > thresholds.retrain_distance_ratio);
+  return stats;
+}
+
+StatusOr<IvfIndexStats> Collection::ivf_stats(const IvfParams& thresholds) {
+  State& s = *state_;
+  GPUOPT_RETURN_IF_ERROR(s.load_ivf());
+  if (s.ivf) GPUOPT_RETURN_IF_ERROR(s.catch_up_ivf(0).status());
+  return s.describe_ivf(thresholds);
+}
+
+StatusOr<SearchResults> Collection::query_ivf(const float* queries, std::size_t query_count,
+                                              const QueryOptions& options,
+                                              const std::vector<std::uint64_t>* allow,
+                                              QueryReport& report) {
+  State& s = *state_;
+  // A saved index that fails validation is refused (DATA_LOSS naming the file), never replaced
+  // silently: build_ivf (`gpuopt vector reindex`) replaces it.
+  GPUOPT_RETURN_IF_ERROR(s.load_ivf());
+  if (!s.ivf) {
+    GPUOPT_ASSIGN_OR_RETURN(report.ivf_build_seconds, build_ivf(options.ivf, options.threads));
+    report.ivf_built = true;
+  } else {
+    GPUOPT_ASSIGN_OR_RETURN(report.ivf_rows_assigned, s.catch_up_ivf(options.threads));
+    if (options.ivf.auto_retrain && s.describe_ivf(options.ivf).retrain_recommended) {
+      IvfParams params = options.ivf;
+      params.nlist = params.nlist != 0 ? params.nlist : detail::default_nlist(s.total_rows);
+      GPUOPT_ASSIGN_OR_RETURN(report.ivf_build_seconds, build_ivf(params, options.threads));
+      report.ivf_retrained = true;
+    }
+  }
+  const detail::IvfFlat& index = s.ivf->index;
+  SearchResults results(query_count);
+  if (options.engine != QueryEngine::kCpu) {
+    auto gpu = [&]() -> Status {
+      if (s.ivf_gpu == nullptr || s.ivf_gpu_generation != s.ivf->generation ||
+          s.ivf_gpu_rows != index.rows() || s.ivf_gpu->device() != options.gpu.device) {
+        s.ivf_gpu.reset();
+        const auto start = std::chrono::steady_clock::now();
+        GPUOPT_ASSIGN_OR_RETURN(s.ivf_gpu, detail::GpuIvfLists::create(index, options.gpu.device));
+        s.ivf_gpu_generation = s.ivf->generation;
+        s.ivf_gpu_rows = index.rows();
+        report.gpu_rows_uploaded = index.rows();
+        report.gpu_upload_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+      GPUOPT_ASSIGN_OR_RETURN(auto found,
+                              s.ivf_gpu->search(queries, query_count, options.k, options.nprobe,
+                                                allow != nullptr ? allow->data() : nullptr,
+                                                allow != nullptr ? allow->size() : 0));
+      for (std::size_t q = 0; q < query_count; ++q) {
+        for (std::size_t i = 0; i < options.k; ++i) {
+          const std::size_t slot = q * options.k + i;
+          if (found.positions[slot] == ~std::uint64_t{0}) break;
+          results[q].push_back({s.id_at(found.positions[slot]), found.distances[slot]});
+        }
+      }
+      return ok_status();
+    }();
+    if (gpu.ok()) {
+      report.engine = QueryEngine::kGpu;
+      return results;
+    }
+    if (options.engine == QueryEngine::kGpu) return gpu;
+    report.fallback_reason = gpu.to_string();
+    results.assign(query_count, {});
+  }
+  report.engine = QueryEngine::kCpu;
+  auto found =
+      index.search(queries, query_count, options.k, options.nprobe, allow, options.threads);
+  for (std::size_t q = 0; q < query_count; ++q) {
+    for (const auto& item : found[q].items()) {
+      results[q].push_back({s.id_at(item.position), item.distance});
+    }
+  }
+  return results;
 }
 
 namespace {
@@ -489,6 +912,7 @@ StatusOr<SearchResults> Collection::query(const float* queries, std::size_t quer
     ++s.mask_version;
   }
   const std::vector<std::uint64_t>* allow = everything_live ? nullptr : &s.mask_cache;
+  if (options.index == IndexKind::kIvf) return query_ivf(queries, query_count, options, allow, how);
   if (options.engine != QueryEngine::kCpu) {
     std::string reason = gpu_unsupported_reason(options);
     if (reason.empty()) {
@@ -514,19 +938,14 @@ StatusOr<SearchResults> Collection::query_cpu(const float* queries, std::size_t 
                                               const std::vector<RowSpan>& spans,
                                               const std::vector<std::uint64_t>* allow) {
   State& s = *state_;
-  std::vector<detail::TopK> found;
-  if (options.index == IndexKind::kIvf) {
-    if (!s.ivf) GPUOPT_RETURN_IF_ERROR(build_ivf(options.ivf, options.threads).status());
-    found = s.ivf->search(queries, query_count, options.k, options.nprobe, allow, options.threads);
-  } else {
-    std::vector<detail::RowBlock> blocks;
-    for (std::size_t i = 0; i < spans.size(); ++i) {
-      blocks.push_back(
-          {spans[i].vectors, spans[i].norms, spans[i].rows, s.segment_first_position[i], nullptr});
-    }
-    found = detail::exact_scan(blocks, s.config.dim, s.config.metric, queries, query_count,
-                               options.k, allow, options.threads);
+  std::vector<detail::RowBlock> blocks;
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    blocks.push_back(
+        {spans[i].vectors, spans[i].norms, spans[i].rows, s.segment_first_position[i], nullptr});
   }
+  std::vector<detail::TopK> found =
+      detail::exact_scan(blocks, s.config.dim, s.config.metric, queries, query_count, options.k,
+                         allow, options.threads);
   SearchResults results(query_count);
   for (std::size_t q = 0; q < query_count; ++q) {
     for (const auto& item : found[q].items()) {
@@ -632,6 +1051,15 @@ CollectionStats Collection::stats() const {
     stats.segments.push_back(
         {info.sequence, info.file, info.rows, info.bytes, segment->verified()});
     stats.segment_bytes += info.bytes;
+  }
+  // stats() is const for its callers; loading the index only fills caches.
+  auto ivf = const_cast<Collection*>(this)->ivf_stats();
+  if (ivf.ok()) {
+    stats.ivf = std::move(*ivf);
+  } else {
+    stats.ivf.present = true;
+    stats.ivf.error = ivf.status().to_string();
+    stats.ivf.trainings = s.ivf_trainings;
   }
   return stats;
 }

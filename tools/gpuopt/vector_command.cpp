@@ -1,4 +1,5 @@
-// `gpuopt vector create|import|query|info`: the embedded vector store from the command line.
+// `gpuopt vector create|import|query|info|reindex`: the embedded vector store from the command
+// line.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -42,8 +43,11 @@ struct VectorArgs {
   std::string engine = "cpu";
   std::string precision = "fp32";
   int repeat = 1;
+  bool auto_retrain = false;
   // info
   bool verify = false;
+  // reindex
+  int iterations = 10;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -149,13 +153,34 @@ int run_import(const VectorArgs& args) {
   return kExitOk;
 }
 
+// What an IVF query did to the saved index, for people (stderr keeps stdout the results).
+void print_ivf_note(const VectorArgs& args, vec::Collection& collection,
+                    const vec::QueryReport& report) {
+  if (args.index != "ivf") return;
+  if (report.ivf_built || report.ivf_retrained) {
+    auto stats = collection.ivf_stats();
+    std::fprintf(
+        stderr,
+        "gpuopt vector: %s the IVF index (%zu lists, k-means on the %s, %.2f s) "
+        "and saved it in the store\n",
+        report.ivf_built ? "no IVF index was saved: built" : "drift past the threshold: retrained",
+        stats.ok() ? stats->nlist : 0, stats.ok() ? stats->train_engine.c_str() : "?",
+        report.ivf_build_seconds);
+  } else if (args.nlist != 0) {
+    auto stats = collection.ivf_stats();
+    if (stats.ok() && stats->nlist != args.nlist) {
+      std::fprintf(stderr,
+                   "gpuopt vector: the saved IVF index has %zu lists; --nlist %zu applies when "
+                   "one is built (`gpuopt vector reindex --nlist %zu` rebuilds it)\n",
+                   stats->nlist, args.nlist, args.nlist);
+    }
+  }
+}
+
 // Exact search on the GPU through Collection::query: the first (untimed) search copies the
 // collection's rows to the device (timed separately), then `--repeat` searches give the median.
 int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec::VectorFile& file,
                   vec::QueryOptions options, double open_seconds) {
-  if (args.index != "exact") {
-    return fail(args, unimplemented("--engine gpu supports --index exact only"));
-  }
   if (args.precision == "tf32") {
     options.gpu.precision = vec::GpuPrecision::kTf32Rerank;
   } else if (args.precision != "fp32") {
@@ -172,7 +197,10 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
     auto start = std::chrono::steady_clock::now();
     results = collection.query(file.values.data(), file.rows, options, &report);
     if (!results.ok()) return fail(args, results.status());
-    if (r == 0) upload_seconds = report.gpu_upload_seconds;
+    if (r == 0) {
+      upload_seconds = report.gpu_upload_seconds;
+      if (!args.json) print_ivf_note(args, collection, report);
+    }
     if (r > 0) times.push_back(seconds_since(start));
   }
   std::sort(times.begin(), times.end());
@@ -193,7 +221,8 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
   if (args.json) {
     json out = {{"schema_version", 1},
                 {"engine", "gpu"},
-                {"index", "exact"},
+                {"index", args.index},
+                {"nprobe", args.nprobe},
                 {"precision", args.precision},
                 {"k", args.k},
                 {"queries", file.rows},
@@ -207,10 +236,12 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf(
-        "%s%zu queries, k=%zu, GPU exact (%s): %.3f ms median of %zu (%.0f queries/s), "
+        "%s%zu queries, k=%zu, GPU %s (%s): %.3f ms median of %zu (%.0f queries/s), "
         "upload %.2f s, open %.1f ms\n",
-        text.c_str(), file.rows, args.k, args.precision.c_str(), query_seconds * 1e3, times.size(),
-        qps, upload_seconds, open_seconds * 1e3);
+        text.c_str(), file.rows, args.k,
+        args.index == "ivf" ? fmt::format("IVF nprobe {}", args.nprobe).c_str() : "exact",
+        args.precision.c_str(), query_seconds * 1e3, times.size(), qps, upload_seconds,
+        open_seconds * 1e3);
   }
   return kExitOk;
 }
@@ -244,24 +275,31 @@ int run_query(const VectorArgs& args) {
   options.ivf.nlist = args.nlist;
   options.where_json = args.where;
   options.threads = args.threads;
+  options.ivf.auto_retrain = args.auto_retrain;
   if (args.engine == "gpu") return run_query_gpu(args, **collection, *file, options, open_seconds);
   if (args.engine != "cpu") {
     return fail(args,
                 invalid_argument(fmt::format("--engine {}: expected cpu or gpu", args.engine)));
   }
+  // The IVF index is the store's: the first query loads it (or builds and saves one when none is
+  // saved, which is timed apart as build_seconds).
   double build_seconds = 0;
-  if (*index == vec::IndexKind::kIvf) {
-    auto built = (*collection)->build_ivf(options.ivf, args.threads);
-    if (!built.ok()) return fail(args, built.status());
-    build_seconds = *built;
-  }
+  bool built = false;
   StatusOr<vec::SearchResults> results = vec::SearchResults{};
   std::vector<double> times;
   for (int r = 0; r < std::max(1, args.repeat); ++r) {
     auto start = std::chrono::steady_clock::now();
-    results = (*collection)->query(file->values.data(), file->rows, options);
+    vec::QueryReport report;
+    results = (*collection)->query(file->values.data(), file->rows, options, &report);
     if (!results.ok()) return fail(args, results.status().with_context(args.directory));
-    times.push_back(seconds_since(start));
+    double seconds = seconds_since(start);
+    if (report.ivf_built || report.ivf_retrained) {
+      built = true;
+      build_seconds = report.ivf_build_seconds;
+      seconds -= report.ivf_build_seconds;
+    }
+    if (r == 0 && !args.json) print_ivf_note(args, **collection, report);
+    times.push_back(seconds);
   }
   std::sort(times.begin(), times.end());
   double query_seconds = times[times.size() / 2];
@@ -280,6 +318,7 @@ int run_query(const VectorArgs& args) {
                 {"queries", file->rows},
                 {"open_seconds", open_seconds},
                 {"build_seconds", build_seconds},
+                {"index_built", built},
                 {"query_seconds", query_seconds},
                 {"queries_per_s", qps},
                 {"results", std::move(hits)}};
@@ -296,9 +335,7 @@ int run_query(const VectorArgs& args) {
     }
     std::printf("%zu queries, k=%zu, index %s: %.3f s (%.0f queries/s), open %.1f ms%s\n",
                 file->rows, args.k, args.index.c_str(), query_seconds, qps, open_seconds * 1e3,
-                *index == vec::IndexKind::kIvf
-                    ? fmt::format(", IVF build {:.2f} s", build_seconds).c_str()
-                    : "");
+                built ? fmt::format(", IVF build {:.2f} s", build_seconds).c_str() : "");
   }
   return kExitOk;
 }
@@ -326,6 +363,23 @@ int run_info(const VectorArgs& args) {
                           {"bytes", segment.bytes},
                           {"verified", segment.verified}});
     }
+    const auto& ivf = stats.ivf;
+    json ivf_json = nullptr;
+    if (ivf.present) {
+      ivf_json = {{"file", ivf.file},
+                  {"error", ivf.error.empty() ? json(nullptr) : json(ivf.error)},
+                  {"generation", ivf.generation},
+                  {"nlist", ivf.nlist},
+                  {"train_engine", ivf.train_engine},
+                  {"train_seconds", ivf.train_seconds},
+                  {"trained_rows", ivf.trained_rows},
+                  {"rows_since_training", ivf.rows_since_training},
+                  {"growth", ivf.growth},
+                  {"trained_mean_distance", ivf.trained_mean_distance},
+                  {"added_mean_distance", ivf.added_mean_distance},
+                  {"distance_ratio", ivf.distance_ratio},
+                  {"retrain_recommended", ivf.retrain_recommended}};
+    }
     collections.push_back({{"name", stats.name},
                            {"dim", stats.dim},
                            {"metric", vec::metric_name(stats.metric)},
@@ -333,13 +387,26 @@ int run_info(const VectorArgs& args) {
                            {"deleted", stats.deleted},
                            {"segment_count", stats.segments.size()},
                            {"segment_bytes", stats.segment_bytes},
-                           {"segments", std::move(segments)}});
+                           {"segments", std::move(segments)},
+                           {"ivf", std::move(ivf_json)}});
     text += fmt::format(
         "collection {}: {} vectors, dimension {}, metric {}, {} deleted, {} "
         "segments, {:.1f} MiB{}\n",
         stats.name, stats.live, stats.dim, vec::metric_name(stats.metric), stats.deleted,
         stats.segments.size(), double(stats.segment_bytes) / (1 << 20),
         args.verify ? ", checksums verified" : "");
+    if (!ivf.present) {
+      text += "  IVF index: none saved (the first `query --index ivf` or `reindex` builds one)\n";
+    } else if (!ivf.error.empty()) {
+      text += fmt::format("  IVF index: unusable: {}\n", ivf.error);
+    } else {
+      text += fmt::format(
+          "  IVF index: {} lists, trained on {} rows ({}, {:.2f} s), {} rows added since "
+          "(growth {:.2f}, distance ratio {:.2f}){}\n",
+          ivf.nlist, ivf.trained_rows, ivf.train_engine, ivf.train_seconds, ivf.rows_since_training,
+          ivf.growth, ivf.distance_ratio,
+          ivf.retrain_recommended ? ", retrain recommended (`gpuopt vector reindex`)" : "");
+    }
   }
   if (args.json) {
     json out = {{"schema_version", 1},
@@ -355,10 +422,52 @@ int run_info(const VectorArgs& args) {
   return kExitOk;
 }
 
+int run_reindex(const VectorArgs& args) {
+  std::unique_ptr<vec::Store> store;
+  auto collection = open_collection(args, store);
+  if (!collection.ok()) return fail(args, collection.status());
+  vec::IvfParams params;
+  params.nlist = args.nlist;
+  params.iterations = args.iterations;
+  if (args.engine == "cpu") {
+    params.engine = vec::QueryEngine::kCpu;
+  } else if (args.engine == "gpu") {
+    params.engine = vec::QueryEngine::kGpu;
+  } else if (args.engine != "auto") {
+    return fail(
+        args, invalid_argument(fmt::format("--engine {}: expected cpu, gpu or auto", args.engine)));
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto trained = (*collection)->build_ivf(params, args.threads);
+  if (!trained.ok()) return fail(args, trained.status().with_context(args.directory));
+  double seconds = seconds_since(start);
+  auto stats = (*collection)->ivf_stats();
+  if (!stats.ok()) return fail(args, stats.status());
+  if (args.json) {
+    json out = {{"schema_version", 1},
+                {"collection", args.collection},
+                {"nlist", stats->nlist},
+                {"rows", stats->trained_rows},
+                {"train_engine", stats->train_engine},
+                {"build_seconds", *trained},
+                {"seconds", seconds},
+                {"file", stats->file},
+                {"generation", stats->generation}};
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf(
+        "IVF index of \"%s\": %zu lists over %llu rows, k-means on the %s, built in %.2f s, "
+        "saved as %s\n",
+        args.collection.c_str(), stats->nlist, static_cast<unsigned long long>(stats->trained_rows),
+        stats->train_engine.c_str(), *trained, stats->file.c_str());
+  }
+  return kExitOk;
+}
+
 GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
   CLI::App* vector = parent.add_subcommand("vector",
                                            "Embedded vector store: create, import, "
-                                           "query, info");
+                                           "query, info, reindex");
   vector->require_subcommand(1);
   auto common = [](CLI::App* command, std::shared_ptr<VectorArgs> args) {
     command->add_option("DIR", args->directory, "store directory")->required();
@@ -415,6 +524,8 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
                         "GPU: fp32 (exact) or tf32 (tensor cores + exact re-rank)");
     command->add_option("--repeat", args->repeat, "run the search N times, report the median")
         ->check(whole_number_at_least(1));
+    command->add_flag("--auto-retrain", args->auto_retrain,
+                      "IVF: retrain the saved index first when info recommends it");
     command->callback([args, &exit_code] { exit_code = run_query(*args); });
   }
   {
@@ -423,6 +534,22 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
     common(command, args);
     command->add_flag("--verify", args->verify, "check every segment's checksum");
     command->callback([args, &exit_code] { exit_code = run_info(*args); });
+  }
+  {
+    auto args = std::make_shared<VectorArgs>();
+    args->engine = "auto";
+    CLI::App* command = vector->add_subcommand(
+        "reindex", "(Re)train the IVF index (k-means) and save it in the store");
+    common(command, args);
+    command->add_option("--nlist", args->nlist, "IVF lists (default about 4*sqrt(rows))")
+        ->check(whole_number_at_least(0));
+    command->add_option("--iterations", args->iterations, "k-means iterations (default 10)")
+        ->check(whole_number_at_least(1));
+    command->add_option("--engine", args->engine,
+                        "where k-means runs: cpu, gpu or auto (default: the GPU when present)");
+    command->add_option("--threads", args->threads, "CPU threads (default all)")
+        ->check(whole_number_at_least(0));
+    command->callback([args, &exit_code] { exit_code = run_reindex(*args); });
   }
 });
 

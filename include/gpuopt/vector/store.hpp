@@ -41,6 +41,25 @@ struct SegmentStats {
   bool verified = false;
 };
 
+// The state of a collection's saved IVF index (CollectionStats::ivf, Collection::ivf_stats).
+struct IvfIndexStats {
+  bool present = false;  // an index is saved in the store
+  std::string file;      // its file, inside the store's segments/ directory
+  std::string error;     // the saved index failed validation (DATA_LOSS text); empty when fine
+  std::uint64_t generation = 0;
+  std::size_t nlist = 0;
+  std::string train_engine;  // "cpu" or "gpu"
+  double train_seconds = 0;
+  std::uint64_t trained_rows = 0;         // rows when k-means ran
+  std::uint64_t rows_since_training = 0;  // rows assigned to the lists since
+  double growth = 0;                      // rows_since_training / trained_rows
+  double trained_mean_distance = 0;       // mean squared L2 distance to the centroid at training
+  double added_mean_distance = 0;         // the same over the rows added since (0 when none)
+  double distance_ratio = 0;              // added / trained mean distance (0 when none added)
+  bool retrain_recommended = false;       // past IvfParams' drift thresholds
+  std::size_t trainings = 0;              // k-means runs by this Collection object
+};
+
 struct CollectionStats {
   std::string name;
   std::size_t dim = 0;
@@ -49,6 +68,7 @@ struct CollectionStats {
   std::size_t deleted = 0;  // rows superseded by upsert or delete, still in segments
   std::vector<SegmentStats> segments;
   std::uint64_t segment_bytes = 0;
+  IvfIndexStats ivf;  // with the default IvfParams thresholds
 };
 
 // A view of the collection's rows for engines that scan them directly (the GPU search).
@@ -98,7 +118,10 @@ class Collection {
   // One past the largest id below 2^63 in the collection (0 when empty): where imports continue.
   StatusOr<std::uint64_t> next_free_id() const;
 
-  // queries: host [query_count, dim]. Exact or IVF-Flat (trained on first use, kept until a write).
+  // queries: host [query_count, dim]. Exact or IVF-Flat. The IVF index is saved in the store: the
+  // first IVF query loads it (or, when none is saved, trains one with options.ivf and saves it);
+  // rows written since it was saved are assigned to their nearest list first. A saved index that
+  // fails validation makes IVF queries fail with DATA_LOSS naming its file (build_ivf replaces it).
   // options.engine picks the engine: the CPU, the GPU exact search, or the GPU where it can answer
   // and the CPU otherwise; `report` (may be null) says which answered and why. Either way the hits
   // carry the rows' ids, and deleted or filtered-out rows never come back.
@@ -108,8 +131,12 @@ class Collection {
                                 const QueryOptions& options, QueryReport* report = nullptr);
   // Frees the GPU engine's copy of the rows (the next GPU query makes it again).
   void release_gpu();
-  // (Re)trains the IVF index now; returns the training time in seconds.
+  // (Re)trains the IVF index now (k-means on params.engine), assigns every row and saves it in
+  // the store (atomically replacing the previous one); returns the training time in seconds.
   StatusOr<double> build_ivf(const IvfParams& params, int threads = 0);
+  // The saved IVF index's state and drift, judged by `thresholds` (loads it; catches up writes).
+  // present = false when none is saved; DATA_LOSS naming the file when it fails validation.
+  StatusOr<IvfIndexStats> ivf_stats(const IvfParams& thresholds = {});
 
   // Checks every segment's CRC32C now.
   Status verify();
@@ -128,6 +155,9 @@ class Collection {
   StatusOr<SearchResults> query_cpu(const float* queries, std::size_t query_count,
                                     const QueryOptions& options, const std::vector<RowSpan>& spans,
                                     const std::vector<std::uint64_t>* allow);
+  StatusOr<SearchResults> query_ivf(const float* queries, std::size_t query_count,
+                                    const QueryOptions& options,
+                                    const std::vector<std::uint64_t>* allow, QueryReport& report);
   StatusOr<SearchResults> query_gpu(const float* queries, std::size_t query_count,
                                     const QueryOptions& options, const std::vector<RowSpan>& spans,
                                     const std::vector<std::uint64_t>* allow, QueryReport& report);

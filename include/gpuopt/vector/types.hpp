@@ -33,18 +33,27 @@ struct SearchHit {
 enum class IndexKind { kExact, kIvf };
 StatusOr<IndexKind> parse_index_kind(std::string_view text);  // "exact" | "ivf"
 
+// Where Collection::query runs.
+enum class QueryEngine {
+  kCpu,   // the CPU (SIMD) search, exact or IVF
+  kGpu,   // the GPU search, exact or IVF; an error when it cannot answer (no CUDA, no device, k)
+  kAuto,  // the GPU when it can answer, else the CPU, with the reason in QueryReport
+};
+
 struct IvfParams {
   std::size_t nlist = 0;  // 0 = about 4*sqrt(rows), rounded to a power of two
   int iterations = 10;    // k-means iterations
   std::size_t max_train_points_per_list = 256;
   std::uint64_t seed = 1234;
-};
-
-// Where Collection::query runs.
-enum class QueryEngine {
-  kCpu,   // the CPU (SIMD) search, exact or IVF
-  kGpu,   // the GPU exact search; an error when it cannot answer (no CUDA, no device, IVF, k)
-  kAuto,  // the GPU when it can answer, else the CPU, with the reason in QueryReport
+  // Where k-means runs: kAuto = the GPU when one answers, else the CPU.
+  QueryEngine engine = QueryEngine::kAuto;
+  int device = 0;
+  // Drift thresholds: retraining is recommended once the rows added since training exceed
+  // `retrain_growth` times the trained rows, or (with at least nlist of them) their mean squared
+  // distance to their centroid exceeds `retrain_distance_ratio` times the training-time mean.
+  double retrain_growth = 1.0;
+  double retrain_distance_ratio = 1.5;
+  bool auto_retrain = false;  // an IVF query retrains first once retraining is recommended
 };
 std::string_view query_engine_name(QueryEngine engine);  // "cpu", "gpu", "auto"
 StatusOr<QueryEngine> parse_query_engine(std::string_view text);
@@ -93,6 +102,12 @@ struct QueryReport {
   std::size_t gpu_rows_uploaded = 0;     // rows copied to the device by this call
   // Host time of making the device copy and queueing that copy (0 when the rows were resident).
   double gpu_upload_seconds = 0;
+  // IVF: no index was saved, so this query trained one and saved it (ivf_retrained: the drift
+  // threshold of IvfParams::auto_retrain retrained it); the seconds that took.
+  bool ivf_built = false;
+  bool ivf_retrained = false;
+  double ivf_build_seconds = 0;
+  std::size_t ivf_rows_assigned = 0;  // rows written since the index was saved, assigned now
 };
 
 // results[q] holds up to k hits for query q, closest first.
