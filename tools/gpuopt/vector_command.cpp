@@ -141,6 +141,11 @@ int run_import(const VectorArgs& args) {
   }
   const std::size_t batch = std::max<std::size_t>(1, args.batch);
   ProgressLine progress(!args.json, "importing", "rows");
+  // Errors clear the progress line first, so the message starts on a line of its own.
+  auto fail_import = [&](const Status& status) {
+    progress.finish();
+    return fail(args, status);
+  };
   // The per-commit lines are for programs; a person at a terminal gets the progress line instead.
   const bool commit_lines = !(progress.active() && ::isatty(STDOUT_FILENO) == 1);
   std::vector<float> vectors;  // [batch, dim]
@@ -154,24 +159,24 @@ int run_import(const VectorArgs& args) {
     if (vectors.size() < want * input.dim()) vectors.resize(want * input.dim());
     auto read_start = std::chrono::steady_clock::now();
     auto rows = input.read(vectors.data(), want);
-    if (!rows.ok()) return fail(args, rows.status());
+    if (!rows.ok()) return fail_import(rows.status());
     read_seconds += seconds_since(read_start);
     if (*rows == 0) break;
     if (metadata_reader) {
       metadata.clear();
       auto got = metadata_reader->read(*rows, &metadata);
-      if (!got.ok()) return fail(args, got.status());
+      if (!got.ok()) return fail_import(got.status());
       if (*got != *rows) {
-        return fail(args, invalid_argument(fmt::format(
-                              "{} has {} lines, fewer than the rows of {}: give one JSON object "
-                              "per row, in row order",
-                              args.metadata, metadata_lines, args.file)));
+        return fail_import(invalid_argument(
+            fmt::format("{} has {} lines, fewer than the rows of {}: give one JSON object "
+                        "per row, in row order",
+                        args.metadata, metadata_lines, args.file)));
       }
     }
     ids.resize(*rows);
     for (std::size_t i = 0; i < *rows; ++i) ids[i] = next_id + imported + i;
     Status status = (*collection)->add(ids, vectors.data(), metadata);
-    if (!status.ok()) return fail(args, status.with_context(args.file));
+    if (!status.ok()) return fail_import(status.with_context(args.file));
     imported += *rows;
     if (commit_lines) {
       if (args.json) {
