@@ -80,7 +80,9 @@ for script in scripts/gpu-check.d/*.sh; do
   [ -n "$only" ] && [[ ! "$name" =~ $only ]] && continue
   log="$out/bench_$name.log"
   start=$(date +%s)
-  OUT="$out" timeout "${GPU_CHECK_BENCH_TIMEOUT:-150}" bash "$script" >"$log" 2>&1
+  # A script may ask for more time with a "# gpu-check-timeout: SECONDS" line.
+  limit=$(grep -m1 -oE '^# gpu-check-timeout: [0-9]+' "$script" | grep -oE '[0-9]+$')
+  OUT="$out" timeout "${limit:-${GPU_CHECK_BENCH_TIMEOUT:-150}}" bash "$script" >"$log" 2>&1
   rc=$?
   # A bench script prints its own one-line result last, prefixed "RESULT: ".
   result=$(grep '^RESULT: ' "$log" | tail -3 | sed 's/^RESULT: //' | paste -sd ';' -)

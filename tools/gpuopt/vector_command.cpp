@@ -1,18 +1,23 @@
 // `gpuopt vector create|import|query|info|reindex`: the embedded vector store from the command
 // line.
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "command_registry.hpp"
 #include "gpuopt/vector/store.hpp"
 #include "gpuopt/vector/vector_file.hpp"
 #include "numeric_checks.hpp"
+#include "progress_line.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -32,6 +37,7 @@ struct VectorArgs {
   std::size_t batch = 10000;
   std::size_t limit = 0;
   long long start_id = -1;
+  std::string metadata;
   // query
   std::size_t k = 10;
   std::string index = "exact";
@@ -92,20 +98,42 @@ int run_create(const VectorArgs& args) {
   return kExitOk;
 }
 
-// Commits in batches and prints the store's total after each commit, flushed, so a caller that
-// kills the import knows what was acknowledged.
+// Streams the file in batches of --batch rows (memory stays at one batch, whatever the file's
+// size), commits each batch and prints the store's total after each commit, flushed, so a caller
+// that kills the import knows what was acknowledged. On a terminal a progress line on stderr
+// replaces those lines; --metadata gives each row a JSON object, checked in full before the first
+// commit.
 int run_import(const VectorArgs& args) {
   std::unique_ptr<vec::Store> store;
   auto collection = open_collection(args, store);
   if (!collection.ok()) return fail(args, collection.status());
-  auto start = std::chrono::steady_clock::now();
-  auto file = vec::read_vector_file(args.file, args.limit);
-  if (!file.ok()) return fail(args, file.status());
-  double read_seconds = seconds_since(start);
-  if (file->dim != (*collection)->dim()) {
+  auto reader = vec::VectorReader::open(args.file, {.drop_cache_behind = true});
+  if (!reader.ok()) return fail(args, reader.status());
+  vec::VectorReader& input = **reader;
+  if (input.dim() != (*collection)->dim()) {
     return fail(args, invalid_argument(fmt::format(
                           "{}: vectors have dimension {}, collection \"{}\" has {}", args.file,
-                          file->dim, args.collection, (*collection)->dim())));
+                          input.dim(), args.collection, (*collection)->dim())));
+  }
+  const std::size_t limit = args.limit == 0 ? std::numeric_limits<std::size_t>::max() : args.limit;
+  std::optional<std::size_t> to_import;
+  if (input.rows()) to_import = std::min(*input.rows(), limit);
+  std::unique_ptr<vec::MetadataLineReader> metadata_reader;
+  std::size_t metadata_lines = 0;
+  if (!args.metadata.empty()) {
+    // Every line is checked before anything is committed: a bad line fails the whole import.
+    auto lines = vec::count_metadata_lines(args.metadata);
+    if (!lines.ok()) return fail(args, lines.status());
+    metadata_lines = *lines;
+    if (input.rows() && metadata_lines != *input.rows()) {
+      return fail(args, invalid_argument(fmt::format(
+                            "{} has {} lines, {} has {} rows: give one JSON object per row, in "
+                            "row order",
+                            args.metadata, metadata_lines, args.file, *input.rows())));
+    }
+    auto opened = vec::MetadataLineReader::open(args.metadata);
+    if (!opened.ok()) return fail(args, opened.status());
+    metadata_reader = std::move(*opened);
   }
   std::uint64_t next_id;
   if (args.start_id >= 0) {
@@ -115,40 +143,95 @@ int run_import(const VectorArgs& args) {
     if (!free_id.ok()) return fail(args, free_id.status());
     next_id = *free_id;
   }
-  std::size_t batch = std::max<std::size_t>(1, args.batch);
+  const std::size_t batch = std::max<std::size_t>(1, args.batch);
+  ProgressLine progress(!args.json, "importing", "rows");
+  // Errors clear the progress line first, so the message starts on a line of its own.
+  auto fail_import = [&](const Status& status) {
+    progress.finish();
+    return fail(args, status);
+  };
+  // The per-commit lines are for programs; a person at a terminal gets the progress line instead.
+  const bool commit_lines = !(progress.active() && ::isatty(STDOUT_FILENO) == 1);
+  std::vector<float> vectors;  // [batch, dim]
   std::vector<std::uint64_t> ids;
+  std::vector<vec::Metadata> metadata;
+  std::size_t imported = 0;
+  double read_seconds = 0;
   auto ingest_start = std::chrono::steady_clock::now();
-  for (std::size_t begin = 0; begin < file->rows; begin += batch) {
-    std::size_t rows = std::min(batch, file->rows - begin);
-    ids.resize(rows);
-    for (std::size_t i = 0; i < rows; ++i) ids[i] = next_id + begin + i;
-    Status status = (*collection)->add(ids, file->values.data() + begin * file->dim);
-    if (!status.ok()) return fail(args, status.with_context(args.file));
-    if (args.json) {
-      std::printf(
-          "%s\n",
-          json({{"committed", begin + rows}, {"total", (*collection)->size()}}).dump().c_str());
-    } else {
-      std::printf("committed %zu total %zu\n", begin + rows, (*collection)->size());
+  while (imported < limit) {
+    const std::size_t want = std::min(batch, limit - imported);
+    if (vectors.size() < want * input.dim()) vectors.resize(want * input.dim());
+    auto read_start = std::chrono::steady_clock::now();
+    auto rows = input.read(vectors.data(), want);
+    if (!rows.ok()) return fail_import(rows.status());
+    read_seconds += seconds_since(read_start);
+    if (*rows == 0) break;
+    if (metadata_reader) {
+      metadata.clear();
+      auto got = metadata_reader->read(*rows, &metadata);
+      if (!got.ok()) return fail_import(got.status());
+      if (*got != *rows) {
+        return fail_import(invalid_argument(
+            fmt::format("{} has {} lines, fewer than the rows of {}: give one JSON object "
+                        "per row, in row order",
+                        args.metadata, metadata_lines, args.file)));
+      }
     }
-    std::fflush(stdout);
+    ids.resize(*rows);
+    for (std::size_t i = 0; i < *rows; ++i) ids[i] = next_id + imported + i;
+    Status status = (*collection)->add(ids, vectors.data(), metadata);
+    if (!status.ok()) return fail_import(status.with_context(args.file));
+    imported += *rows;
+    if (commit_lines) {
+      if (args.json) {
+        std::printf(
+            "%s\n",
+            json({{"committed", imported}, {"total", (*collection)->size()}}).dump().c_str());
+      } else {
+        std::printf("committed %zu total %zu\n", imported, (*collection)->size());
+      }
+      std::fflush(stdout);
+    }
+    progress.update(
+        imported, to_import,
+        input.bytes_total() > 0 ? double(input.bytes_read()) / double(input.bytes_total()) : 0.0);
+    if (*rows < want) break;
+  }
+  progress.finish();
+  // A file whose length was unknown up front (gzip'd fvecs) is matched to its metadata here.
+  if (metadata_reader && imported < limit && metadata_lines != imported) {
+    return fail(args, invalid_argument(fmt::format(
+                          "{} has {} lines, {} had {} rows (all imported): give one JSON object "
+                          "per row, in row order",
+                          args.metadata, metadata_lines, args.file, imported)));
   }
   double ingest_seconds = seconds_since(ingest_start);
-  double rate = ingest_seconds > 0 ? double(file->rows) / ingest_seconds : 0;
+  double rate = ingest_seconds > 0 ? double(imported) / ingest_seconds : 0;
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const std::uint64_t peak_rss_bytes = static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
+  const std::string format =
+      fmt::format("{}, {}", std::string(input.format()), std::string(input.element_type()));
   if (args.json) {
     json out = {{"schema_version", 1},
                 {"file", args.file},
-                {"format", file->format},
-                {"imported", file->rows},
+                {"format", std::string(input.format())},
+                {"element_type", std::string(input.element_type())},
+                {"metadata", args.metadata.empty() ? json(nullptr) : json(args.metadata)},
+                {"imported", imported},
                 {"total", (*collection)->size()},
+                {"batch", batch},
                 {"read_seconds", read_seconds},
                 {"ingest_seconds", ingest_seconds},
-                {"ingest_vectors_per_s", rate}};
+                {"ingest_vectors_per_s", rate},
+                {"peak_rss_bytes", peak_rss_bytes}};
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("imported %zu vectors from %s (%s) in %.3f s (%.0f vectors/s, read %.3f s)\n",
-                file->rows, args.file.c_str(), file->format.c_str(), ingest_seconds, rate,
-                read_seconds);
+    std::printf(
+        "imported %zu vectors from %s (%s%s) in %.3f s (%.0f vectors/s, read %.3f s, peak RSS "
+        "%.0f MiB)\n",
+        imported, args.file.c_str(), format.c_str(), args.metadata.empty() ? "" : ", with metadata",
+        ingest_seconds, rate, read_seconds, double(peak_rss_bytes) / (1 << 20));
   }
   return kExitOk;
 }
@@ -487,7 +570,9 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
   {
     auto args = std::make_shared<VectorArgs>();
     CLI::App* command = vector->add_subcommand(
-        "import", "Import vectors from fvecs, npy or IDX (gzip ok); prints each committed total");
+        "import",
+        "Import vectors from fvecs, bvecs, ivecs, npy (float32/float16/float64/uint8) or IDX "
+        "(gzip ok), streamed in batches; prints each committed total");
     common(command, args);
     command->add_option("FILE", args->file, "vector file")->required();
     command->add_option("--batch", args->batch, "vectors per commit (default 10000)")
@@ -498,6 +583,9 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
         ->add_option("--start-id", args->start_id,
                      "id of the first vector (default: one past the largest id)")
         ->check(whole_number_at_least(0));
+    command->add_option("--metadata", args->metadata,
+                        "JSON Lines file: one flat JSON object per row, in row order, stored as "
+                        "the rows' metadata (for query --where)");
     command->callback([args, &exit_code] { exit_code = run_import(*args); });
   }
   {

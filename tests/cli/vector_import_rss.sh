@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `gpuopt vector import` streams its input: a 300 MB float32 .npy imports with a peak resident set
+# far below the file's size (the whole file used to be read into memory, then copied). The peak
+# comes from /usr/bin/time -v when present, else from the import's own JSON report (getrusage).
+# usage: vector_import_rss.sh GPUOPT_BINARY TEST_DATA_DIR
+set -uo pipefail
+gpuopt="$1"
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to write the input"; exit 77; }
+work=$(mktemp -d /tmp/gpuopt-vector-import-rss-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+rows=600000
+dim=128
+limit_kb=$((96 * 1024))  # 96 MiB, against a 293 MiB file
+python3 - "$work/big.npy" "$rows" "$dim" <<'PY'
+import array, random, struct, sys
+path, rows, dim = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, dim)
+header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+rng = random.Random(7)
+block_rows = 4096
+block = array.array("f", (rng.gauss(0, 1) for _ in range(block_rows * dim)))
+with open(path, "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+    done = 0
+    while done < rows:
+        n = min(block_rows, rows - done)
+        f.write(block[: n * dim].tobytes())
+        done += n
+PY
+size_kb=$(( $(stat -c %s "$work/big.npy") / 1024 ))
+"$gpuopt" vector create "$work/s" --dim $dim >/dev/null || fail create
+if [ -x /usr/bin/time ]; then
+  /usr/bin/time -v -o "$work/time.txt" "$gpuopt" vector import "$work/s" "$work/big.npy" --json \
+    >"$work/import.json" || fail "import: $(tail -3 "$work/import.json")"
+  peak_kb=$(grep -oE 'Maximum resident set size \(kbytes\): [0-9]+' "$work/time.txt" | grep -oE '[0-9]+$')
+  source="time -v"
+else
+  "$gpuopt" vector import "$work/s" "$work/big.npy" --json >"$work/import.json" || fail import
+  peak_kb=$(( $(tail -1 "$work/import.json" | grep -oE '"peak_rss_bytes":[0-9]+' | grep -oE '[0-9]+$') / 1024 ))
+  source="getrusage"
+fi
+tail -1 "$work/import.json" | grep -q "\"imported\":$rows" || fail "import summary: $(tail -1 "$work/import.json")"
+info=$("$gpuopt" vector info "$work/s" --json) || fail info
+echo "$info" | grep -q "\"count\": $rows" || fail "info count: $info"
+[ -n "$peak_kb" ] || fail "no peak RSS figure"
+[ "$peak_kb" -lt "$limit_kb" ] ||
+  fail "peak RSS ${peak_kb} kB ($source) for a ${size_kb} kB file, limit ${limit_kb} kB"
+echo "ok: peak RSS ${peak_kb} kB ($source) importing a ${size_kb} kB file"
