@@ -1,6 +1,7 @@
 // TensorListScaler: unscale, unscale + L2 norm and the clip multiply over a tensor list given with
 // every call. The list travels as a device table (pinned upload, reused while unchanged); each
-// block walks chunks grid-stride and finds a chunk's tensor by binary search over the table.
+// block walks chunks grid-stride and finds a chunk's tensor by binary search over the table (in
+// shared memory up to kSharedEntries tensors).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -30,6 +31,9 @@ enum class ListMode {
 
 constexpr int kListThreads = 256;
 constexpr int kListVectorsInFlight = 4;  // 16-byte loads in flight per thread
+// Tables up to this many tensors are copied to shared memory once per block, so finding a chunk's
+// tensor costs shared-memory loads instead of a chain of dependent global loads per chunk.
+constexpr unsigned kSharedEntries = 256;  // 8 KiB
 
 template <GradientDtype kDtype>
 __device__ __forceinline__ float round_to(float x) {
@@ -178,10 +182,17 @@ __global__ void __launch_bounds__(kListThreads)
                      : kMode == ListMode::kUnscale   ? first != 1.0f
                                                      : first != 1.0f || second != 1.0f;
   if (kMode == ListMode::kScaleTwice && !write) return;  // uniform over the grid
+  __shared__ TensorEntry shared_table[kSharedEntries];
+  const TensorEntry* lookup = table;
+  if (entry_count <= kSharedEntries) {  // uniform over the grid
+    for (unsigned i = threadIdx.x; i < entry_count; i += blockDim.x) shared_table[i] = table[i];
+    __syncthreads();
+    lookup = shared_table;
+  }
   bool bad = false;
   float sum = 0.0f;
   for (unsigned long long c = blockIdx.x; c < chunk_count; c += gridDim.x) {
-    const TensorEntry entry = table[entry_of_chunk(table, entry_count, c)];
+    const TensorEntry entry = lookup[entry_of_chunk(lookup, entry_count, c)];
     const unsigned long long offset = (c - entry.first_chunk) * entry.chunk_elements;
     const unsigned long long left = entry.count - offset;
     const unsigned count =

@@ -171,6 +171,28 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, TensorListGpu,
                                            GradientDtype::kFloat32),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// More tensors than the kernels copy to shared memory: the table is searched in global memory.
+TEST(TensorListScalerGpu, ListLongerThanTheSharedTableMatchesTwin) {
+  GPUOPT_REQUIRE_GPU();
+  std::mt19937_64 random(std::random_device{}());
+  std::vector<std::size_t> counts;
+  for (std::size_t i = 0; i < 300; ++i) counts.push_back((i * 37) % 2000 + 1);
+  ListArena arena = make_list_arena(
+      counts, std::vector<GradientDtype>(counts.size(), GradientDtype::kFloat32), random);
+  TensorListOptions options;
+  options.chunk_bytes = 1024;
+  auto scaler = TensorListScaler::create(0, options);
+  ASSERT_TRUE(scaler.ok()) << scaler.status().to_string();
+  Scalars scalars = make_scalars();
+  scalars.set(0, 1024.0f);
+  scalars.set(1, 0.0f);
+  ASSERT_TRUE((*scaler)
+                  ->unscale(arena.at(arena.device.data()), scalars.at(0), scalars.at(1), nullptr)
+                  .ok());
+  EXPECT_FALSE(unscale_reference(arena.at(arena.host.data()), inverse_scale(1024.0f)));
+  EXPECT_EQ(arena.download(), arena.host);
+}
+
 TEST(TensorListScalerGpu, FoundInfAndNaNNormInEveryTensor) {
   GPUOPT_REQUIRE_GPU();
   std::mt19937_64 random(11);
