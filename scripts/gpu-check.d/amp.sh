@@ -7,6 +7,12 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-/tmp}/amp"
 mkdir -p "$out"
+# The tensor-list kernels against their CPU twin first (the C++ tests under the Python scaler).
+if [ -x "${GPUOPT_BIN:-}/gpu_kernels" ]; then
+  "$GPUOPT_BIN/gpu_kernels" --gtest_brief=1 --gtest_filter='TensorList*' >"$out/gpu_kernels.log" 2>&1
+  echo "RESULT: amp tensor-list kernel tests: exit $? ($(grep -oE '\[  PASSED  \] [0-9]+' \
+    "$out/gpu_kernels.log" | tail -1))"
+fi
 wheel=$(ls -t .whl/gpuopt-*.whl 2>/dev/null | head -1)
 if [ -z "$wheel" ]; then
   echo "RESULT: amp: skipped, no wheel in .whl/ (build it with the README's pip wheel command)"
