@@ -238,6 +238,7 @@ TEST_P(FusedExactSearch, ManyTiesFallBackAndStayExact) {
   ASSERT_TRUE((*dataset)->append_host(base.data(), rows, nullptr).ok());
   GpuSearchOptions options;
   options.k = k;
+  options.small_batch_max_queries = 0;  // the batched fused kernel, whose lists overflow here
   auto gpu = (*dataset)->search(queries.data(), query_count, options, nullptr);
   ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
   EXPECT_GT(gpu->fallback_queries, 0u);
@@ -245,6 +246,11 @@ TEST_P(FusedExactSearch, ManyTiesFallBackAndStayExact) {
       exact_search_reference(base.data(), rows, dim, GetParam(), queries.data(), query_count, k);
   // fp32 distances of equal vectors: |q|^2 + |x|^2 - 2 q.x cancels to about 1e-5 of |q|^2.
   expect_exact(*gpu, truth, base, queries, query_count, dim, k, GetParam(), nullptr, 1e-4 * dim);
+  // The small-batch path (4 queries) keeps every tie it cannot separate: exact as well.
+  options.small_batch_max_queries = 16;
+  auto small = (*dataset)->search(queries.data(), query_count, options, nullptr);
+  ASSERT_TRUE(small.ok()) << small.status().to_string();
+  expect_exact(*small, truth, base, queries, query_count, dim, k, GetParam(), nullptr, 1e-4 * dim);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, FusedExactSearch,

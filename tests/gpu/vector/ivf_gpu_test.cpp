@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <random>
 #include <set>
@@ -63,9 +64,9 @@ TEST(GpuKmeans, InertiaMatchesTheCpuKmeans) {
   ASSERT_EQ(gpu->size(), nlist * dim);
   const double cpu_inertia = detail::kmeans_inertia(data.data(), rows, dim, cpu.data(), nlist, 0);
   const double gpu_inertia = detail::kmeans_inertia(data.data(), rows, dim, gpu->data(), nlist, 0);
-  // TF32 distances may pick a different centroid for near-ties; the objective stays within 2%.
-  EXPECT_NEAR(gpu_inertia / cpu_inertia, 1.0, 0.02)
-      << "cpu " << cpu_inertia << " gpu " << gpu_inertia;
+  // TF32 distances may pick a different centroid for near-ties, and the runs may settle in
+  // different local minima: the GPU's objective is no more than 2% worse than the CPU's.
+  EXPECT_LE(gpu_inertia / cpu_inertia, 1.02) << "cpu " << cpu_inertia << " gpu " << gpu_inertia;
 
   // The fp32 assignment: each row's chosen centroid is (up to rounding) its nearest one.
   std::vector<std::uint32_t> lists(rows);
@@ -87,8 +88,10 @@ TEST(GpuKmeans, InertiaMatchesTheCpuKmeans) {
 }
 
 // Rank by rank the distances agree; ids agree wherever the distance is not tied within rounding.
+// `slack`: the absolute rounding of a distance computed as |q|^2 + |x|^2 - 2 q.x in fp32 (a few
+// ulps of the largest squared norm), which a relative tolerance misses near zero.
 void expect_same_hits(const detail::GpuIvfLists::Result& gpu, const std::vector<detail::TopK>& cpu,
-                      std::size_t k) {
+                      std::size_t k, float slack = 0.0f) {
   for (std::size_t q = 0; q < cpu.size(); ++q) {
     const auto& items = cpu[q].items();
     for (std::size_t i = 0; i < k; ++i) {
@@ -97,7 +100,7 @@ void expect_same_hits(const detail::GpuIvfLists::Result& gpu, const std::vector<
         EXPECT_EQ(gpu.positions[slot], ~std::uint64_t{0}) << "query " << q << " rank " << i;
         continue;
       }
-      const float tolerance = 1e-4f * std::max(1.0f, std::fabs(items[i].distance));
+      const float tolerance = 1e-4f * std::max(1.0f, std::fabs(items[i].distance)) + slack;
       ASSERT_NEAR(gpu.distances[slot], items[i].distance, tolerance)
           << "query " << q << " rank " << i;
       bool tied = (i > 0 && std::fabs(items[i].distance - items[i - 1].distance) <= tolerance) ||
@@ -118,6 +121,7 @@ TEST_P(GpuIvfSearch, EqualsTheCpuIvfOverTheSameLists) {
   const std::size_t rows = 12000, queries = 300, k = 10, nlist = 64, nprobe = 6;
   auto data = clustered(rows, dim, 40, 21);
   auto norms = norms_of(data, dim);
+  const float slack = 8.0f * FLT_EPSILON * *std::max_element(norms.begin(), norms.end());
   std::vector<detail::RowBlock> blocks = {
       {data.data(), norms.data(), 5000, 0, nullptr},
       {data.data() + 5000 * dim, norms.data() + 5000, rows - 5000, 5000, nullptr}};
@@ -141,7 +145,7 @@ TEST_P(GpuIvfSearch, EqualsTheCpuIvfOverTheSameLists) {
     auto found = (*gpu)->search(query_rows.data(), queries, k, nprobe,
                                 masked ? mask.data() : nullptr, masked ? mask.size() : 0);
     ASSERT_TRUE(found.ok()) << found.status().to_string();
-    expect_same_hits(*found, cpu, k);
+    expect_same_hits(*found, cpu, k, slack);
     if (masked) {
       for (auto position : found->positions) {
         if (position == ~std::uint64_t{0}) continue;
@@ -153,7 +157,7 @@ TEST_P(GpuIvfSearch, EqualsTheCpuIvfOverTheSameLists) {
   auto few = index->search(query_rows.data(), 2, 128, 1, nullptr, 0);
   auto few_gpu = (*gpu)->search(query_rows.data(), 2, 128, 1, nullptr, 0);
   ASSERT_TRUE(few_gpu.ok());
-  expect_same_hits(*few_gpu, few, 128);
+  expect_same_hits(*few_gpu, few, 128, slack);
 }
 
 INSTANTIATE_TEST_SUITE_P(Metrics, GpuIvfSearch,
