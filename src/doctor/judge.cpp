@@ -320,6 +320,89 @@ void judge_nvidia(Report& report, const NvidiaGpu& gpu) {
   }
 }
 
+// ---- Memory ----
+
+std::string gib_text(std::uint64_t bytes) {
+  return fmt::format("{:.1f} GiB", bytes / double(1ull << 30));
+}
+
+const platform::ProcessInfo* process_info(const Report& report, int pid) {
+  for (const auto& process : report.processes.processes) {
+    if (process.pid == pid) return &process;
+  }
+  return nullptr;
+}
+
+// A process holding memory that ran nothing in NVML's sample window (an idle notebook kernel, a
+// finished job waiting on input, a leaked worker), and memory in use that no listed process
+// holds (processes of other containers or PID namespaces).
+void judge_memory(Report& report, const NvidiaGpu& gpu) {
+  std::uint64_t listed = 0;
+  for (const auto& held : gpu.processes) {
+    if (!held.used_memory_bytes) continue;
+    listed += *held.used_memory_bytes;
+    if (!gpu.process_utilization || *held.used_memory_bytes < kIdleHolderBytes) continue;
+    const platform::ProcessInfo* info = process_info(report, static_cast<int>(held.pid));
+    if (info != nullptr && info->state == 'Z') continue;  // gpu.context_leak names it already
+    int samples = 0;
+    bool active = false;
+    for (const auto& sample : *gpu.process_utilization) {
+      if (sample.pid != held.pid) continue;
+      ++samples;
+      active = active || sample.sm_percent > 0 || sample.memory_percent > 0;
+    }
+    if (active) continue;
+    const std::string name = info != nullptr ? info->comm : "?";
+    std::vector<std::pair<std::string, std::string>> evidence = {
+        {"pid", std::to_string(held.pid)},
+        {"name", name},
+        {"gpu", fmt::format("{} ({})", gpu.index, gpu.bdf)},
+        {"used_memory_bytes", std::to_string(*held.used_memory_bytes)},
+        {"samples", samples == 0 ? fmt::format("none in the last {:g} s", gpu.process_window_s)
+                                 : fmt::format("{} in the last {:g} s, all at 0 %", samples,
+                                               gpu.process_window_s)}};
+    std::string share;
+    if (gpu.memory && gpu.memory->total_bytes > 0) {
+      share = fmt::format(" ({:.0f} % of the GPU)",
+                          100.0 * *held.used_memory_bytes / gpu.memory->total_bytes);
+      evidence.emplace_back("gpu_total_bytes", std::to_string(gpu.memory->total_bytes));
+    }
+    if (info != nullptr) evidence.emplace_back("state", std::string(1, info->state));
+    add(report,
+        {"gpu.idle_memory_holder", Severity::kWarning, fmt::format("pid {}", held.pid),
+         fmt::format("{} (pid {}) holds {}{} on GPU {} but ran nothing on it in the last {:g} s",
+                     name, held.pid, gib_text(*held.used_memory_bytes), share, gpu.index,
+                     gpu.process_window_s),
+         std::move(evidence),
+         fmt::format("If it is an idle notebook or a finished job, end it (`kill -TERM {}`); if it "
+                     "is yours and must stay, release PyTorch's cache "
+                     "(`torch.cuda.empty_cache()`) or cap it "
+                     "(`torch.cuda.set_per_process_memory_fraction`).",
+                     held.pid),
+         "Ending it loses its state (a notebook's variables, a job's progress)."});
+  }
+  if (!gpu.memory) return;
+  const std::uint64_t used = gpu.memory->used_bytes;
+  if (used > listed && used - listed >= kIdleHolderBytes) {
+    std::vector<std::pair<std::string, std::string>> evidence = {
+        {"used_bytes", std::to_string(used)},
+        {"listed_process_bytes", std::to_string(listed)},
+        {"processes_listed", std::to_string(gpu.processes.size())}};
+    if (gpu.memory->reserved_bytes) {
+      evidence.emplace_back("reserved_bytes", std::to_string(*gpu.memory->reserved_bytes));
+    }
+    add(report,
+        {"gpu.memory_unaccounted", Severity::kInfo, gpu.bdf,
+         fmt::format("{} of GPU {}'s memory is in use by no process listed here: processes in "
+                     "other containers or PID namespaces, or a context the driver has not freed",
+                     gib_text(used - listed), gpu.index),
+         std::move(evidence),
+         "Run `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` on the host, outside "
+         "any container, to see every holder.",
+         "None (read-only check)."});
+  }
+}
+
 // ---- Processes ----
 
 void judge_processes(Report& report) {
@@ -469,6 +552,7 @@ void judge(Report& report) {
   for (const auto& gpu : report.nvml.gpus) {
     judge_nvidia(report, gpu);
     judge_replay_snapshot(report, gpu);
+    judge_memory(report, gpu);
   }
   judge_processes(report);
   if (report.vulkan.available && !report.vulkan.info.get_physical_device_properties2) {

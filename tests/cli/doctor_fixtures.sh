@@ -16,6 +16,7 @@ expect_exit aspm-powersave 1
 expect_exit iommu-translated 1
 expect_exit aer-errors 1
 expect_exit zombie-holding-gpu 2
+expect_exit idle-memory-holder 1
 "$gpuopt" doctor --root "$data/no-such-machine" >/dev/null 2>&1
 [ $? -eq 3 ] || { echo "FAIL: a missing --root must exit 3"; fail=1; }
 json=$("$gpuopt" doctor --json --root "$data/zombie-holding-gpu")

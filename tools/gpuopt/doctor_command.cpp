@@ -1,10 +1,14 @@
 // `gpuopt doctor`: diagnose the GPU platform (PCIe, IOMMU, ASPM, NVML, leaks, Vulkan); read-only.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 
 #include "command_registry.hpp"
 #include "gpuopt/doctor/doctor.hpp"
+#include "gpuopt/doctor/fit.hpp"
+#include "gpuopt/platform/nvml.hpp"
 
 namespace {
 
@@ -17,10 +21,69 @@ struct DoctorArguments {
   bool no_vulkan = false;
   double watch_s = 0;
   double duration_s = 0;
+  // --fit
+  std::string fit;
+  std::int64_t batch = 1;
+  std::int64_t context = 4096;
+  unsigned device = 0;
+  std::string dtype;
+  std::string quant;
+  std::string kv_dtype = "bf16";
+  std::optional<std::uint64_t> free_bytes;
+  double reserve_gib = 1.0;
 };
+
+int run_fit(const DoctorArguments& arguments) {
+  using namespace gpuopt::doctor;
+  FitOptions options;
+  options.batch = arguments.batch;
+  options.context = arguments.context;
+  options.kv_cache_bytes = arguments.kv_dtype == "fp8" ? 1 : 2;
+  options.reserve_bytes = static_cast<std::uint64_t>(arguments.reserve_gib * (1ull << 30));
+  std::string format_name =
+      !arguments.quant.empty() && arguments.quant != "none" ? arguments.quant : arguments.dtype;
+  if (!format_name.empty()) {
+    auto format = parse_weight_format(format_name);
+    if (!format.ok()) {
+      std::fprintf(stderr, "gpuopt doctor: %s\n", format.status().message().c_str());
+      return gpuopt::cli::kExitErrors;
+    }
+    options.weight_format = *format;
+  }
+  std::string why_unknown;
+  if (arguments.free_bytes) {
+    options.free_bytes = arguments.free_bytes;
+    options.device = "--free-bytes";
+  } else if (auto nvml = gpuopt::platform::Nvml::instance(); !nvml.ok()) {
+    why_unknown = nvml.status().message();
+  } else if (auto handle = (*nvml)->device_by_index(arguments.device); !handle.ok()) {
+    why_unknown = fmt::format("GPU {}: {}", arguments.device, handle.status().message());
+  } else if (auto memory = (*nvml)->memory(*handle); !memory.ok()) {
+    why_unknown = fmt::format("GPU {} memory: {}", arguments.device, memory.status().message());
+  } else {
+    options.free_bytes = memory->free_bytes;
+    options.total_bytes = memory->total_bytes;
+    auto name = (*nvml)->name(*handle);
+    options.device = fmt::format("GPU {}{}", arguments.device,
+                                 name.ok() ? fmt::format(" ({})", *name) : std::string());
+  }
+  auto estimate = estimate_fit(arguments.fit, options);
+  if (!estimate.ok()) {
+    std::fprintf(stderr, "gpuopt doctor: %s\n", estimate.status().message().c_str());
+    return gpuopt::cli::kExitToolFailed;
+  }
+  if (!why_unknown.empty()) estimate->notes.push_back("free memory not read: " + why_unknown);
+  if (arguments.json) {
+    std::fputs((fit_to_json(*estimate).dump(2) + "\n").c_str(), stdout);
+  } else {
+    std::fputs(render_fit_text(*estimate).c_str(), stdout);
+  }
+  return fit_exit_code(*estimate);
+}
 
 int run_doctor(const DoctorArguments& arguments) {
   using namespace gpuopt::doctor;
+  if (!arguments.fit.empty()) return run_fit(arguments);
   Options options;
   options.root = arguments.root;
   options.all_devices = arguments.all;
@@ -78,6 +141,43 @@ GPUOPT_REGISTER_COMMAND("", 10, [](CLI::App& parent, int& exit_code) {
       ->check(CLI::PositiveNumber);
   command->add_option("--duration", arguments->duration_s, "Watch for SECONDS (default 10 samples)")
       ->check(CLI::PositiveNumber);
+  auto* fit = command->add_option(
+      "--fit", arguments->fit,
+      "Estimate whether CHECKPOINT (a directory with config.json and *.safetensors, or a "
+      "config.json) fits in free GPU memory: weights + KV cache + activations");
+  command->add_option("--batch", arguments->batch, "--fit: sequences at once (default 1)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->needs(fit);
+  command
+      ->add_option("--context", arguments->context,
+                   "--fit: tokens per sequence, prompt + output (default 4096)")
+      ->check(CLI::Range(1, 1 << 30))
+      ->needs(fit);
+  command->add_option("--device", arguments->device, "--fit: NVML index of the GPU (default 0)")
+      ->needs(fit);
+  command
+      ->add_option("--dtype", arguments->dtype,
+                   "--fit on a config alone: weight dtype (bf16, fp16, fp32; default the "
+                   "config's torch_dtype)")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32", "bfloat16", "float16", "float32"}))
+      ->needs(fit);
+  command
+      ->add_option("--quant", arguments->quant,
+                   "--fit on a config alone: quantised weights (int8, int4, none)")
+      ->check(CLI::IsMember({"int8", "int4", "none"}))
+      ->needs(fit);
+  command->add_option("--kv-dtype", arguments->kv_dtype, "--fit: KV cache dtype (bf16 or fp8)")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp8"}))
+      ->needs(fit);
+  command
+      ->add_option("--free-bytes", arguments->free_bytes,
+                   "--fit: free device memory in bytes instead of asking NVML")
+      ->needs(fit);
+  command
+      ->add_option("--reserve-gib", arguments->reserve_gib,
+                   "--fit: GiB kept for the CUDA context and workspaces (default 1)")
+      ->check(CLI::Range(0.0, 1024.0))
+      ->needs(fit);
   command->callback([arguments, &exit_code] { exit_code = run_doctor(*arguments); });
 });
 

@@ -38,6 +38,8 @@ struct NvidiaGpu {
   unsigned index = 0;
   std::string bdf;
   std::string name;
+  std::string uuid;  // "GPU-..." (empty when NVML refused it)
+  std::optional<platform::NvmlMemory> memory;
   std::optional<unsigned> current_generation, current_width, max_generation, max_width;
   std::optional<unsigned> gpu_max_generation;
   std::optional<unsigned> tx_kbps, rx_kbps;
@@ -51,12 +53,17 @@ struct NvidiaGpu {
   std::optional<platform::NvmlEcc> ecc;
   std::optional<platform::NvmlUtilization> utilization;
   std::vector<platform::NvmlProcess> processes;
+  // Per-process samples of the last `process_window_s` seconds; absent when NVML refused them (a
+  // process without a sample ran nothing in the window).
+  std::optional<std::vector<platform::NvmlProcessUtilization>> process_utilization;
+  double process_window_s = 0;
   std::vector<std::string> problems;  // metrics NVML refused, with its reason
 };
 
 struct NvmlView {
   bool available = false;
-  std::string status;  // why not, when unavailable
+  bool recorded = false;  // read from <root>/nvml.json, the "nvidia" object of doctor --json
+  std::string status;     // why not, when unavailable
   std::optional<std::string> driver_version;
   std::optional<int> cuda_driver_version;
   std::vector<NvidiaGpu> gpus;
@@ -154,6 +161,13 @@ StatusOr<WatchResult> watch(const Options& options, Report& report, double inter
                             double duration_s);
 nlohmann::json watch_to_json(const WatchResult& result);
 std::string render_watch_text(const WatchResult& result);
+
+// A recorded NVML view: the "nvidia" object of `doctor --json` (docs/schemas/doctor.schema.json).
+// collect() reads it from <root>/nvml.json for a recorded machine.
+StatusOr<NvmlView> nvml_view_from_json(const nlohmann::json& nvidia, const std::string& origin);
+
+// Memory held by a process that ran nothing in the sample window is judged from this size up.
+inline constexpr std::uint64_t kIdleHolderBytes = std::uint64_t{1} << 30;
 
 // Pure rules, exposed for tests.
 // Flapping: link changes between consecutive samples.

@@ -202,3 +202,86 @@ TEST(DoctorWatch, RecordedMachineSamplesWithoutFindings) {
 
 }  // namespace
 }  // namespace gpuopt::doctor
+
+namespace gpuopt::doctor {
+namespace {
+
+const Finding* find_finding(const Report& report, const std::string& id) {
+  for (const auto& finding : report.findings) {
+    if (finding.id == id) return &finding;
+  }
+  return nullptr;
+}
+
+std::string evidence_of(const Finding& finding, const std::string& key) {
+  for (const auto& [name, value] : finding.evidence) {
+    if (name == key) return value;
+  }
+  return "";
+}
+
+TEST(DoctorMemory, IdleHolderAndUnlistedMemory) {
+  Report report = judged("idle-memory-holder");
+  EXPECT_EQ(findings_of(report),
+            (Expected{{"gpu.idle_memory_holder", "warning"}, {"gpu.memory_unaccounted", "info"}}))
+      << describe(report);
+  EXPECT_EQ(exit_code(report), 1);
+  ASSERT_TRUE(report.nvml.recorded);
+  ASSERT_EQ(report.nvml.gpus.size(), 1u);
+  const NvidiaGpu& gpu = report.nvml.gpus[0];
+  ASSERT_TRUE(gpu.memory.has_value());
+  EXPECT_EQ(gpu.memory->total_bytes, 140ull << 30);
+  // The notebook kernel (60 GiB, no sample in the window) is named; the training job (samples
+  // at 97 %) and the 600 MiB idle context (under the 1 GiB threshold) are not.
+  const Finding* idle = find_finding(report, "gpu.idle_memory_holder");
+  ASSERT_NE(idle, nullptr);
+  EXPECT_EQ(idle->device, "pid 5100");
+  EXPECT_EQ(evidence_of(*idle, "used_memory_bytes"), std::to_string(60ull << 30));
+  EXPECT_EQ(evidence_of(*idle, "name"), "python3");
+  EXPECT_NE(idle->summary.find("43 %"), std::string::npos) << idle->summary;  // 60 / 140
+  EXPECT_NE(idle->fix.find("kill -TERM 5100"), std::string::npos);
+  // used 138 GiB + 600 MiB - listed (60 GiB + 70 GiB + 600 MiB) = 8 GiB held by no listed pid.
+  const Finding* unlisted = find_finding(report, "gpu.memory_unaccounted");
+  ASSERT_NE(unlisted, nullptr);
+  EXPECT_NE(unlisted->summary.find("8.0 GiB"), std::string::npos) << unlisted->summary;
+  // Text, JSON and Prometheus carry the memory; Prometheus carries the UUID label.
+  std::string text = render_text(report, false);
+  EXPECT_NE(text.find("memory: 138.6 GiB used of 140.0 GiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("pid 5100 python3: 60.0 GiB, idle 10 s"), std::string::npos) << text;
+  EXPECT_NE(text.find("pid 5200 torchrun: 70.0 GiB, SM up to 97 %"), std::string::npos) << text;
+  auto json = to_json(report);
+  EXPECT_EQ(json["nvidia"]["gpus"][0]["memory"]["free_bytes"],
+            (140ull << 30) - (138ull << 30) - (600ull << 20) - (512ull << 20));
+  std::string prometheus = render_prometheus(report);
+  EXPECT_NE(prometheus.find("DCGM_FI_DEV_FB_USED{gpu=\"0\",UUID=\"GPU-00000000-1111-2222-3333-"
+                            "444444444444\",pci_bus_id=\"00000000:17:00.0\""),
+            std::string::npos)
+      << prometheus;
+}
+
+TEST(DoctorMemory, ZombieLeakCarriesItsMemory) {
+  Report report = judged("zombie-holding-gpu");
+  // The zombie's memory is evidence of the leak, not a second finding.
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(evidence_of(report.findings[0], "gpu_memory_bytes"), std::to_string(20ull << 30));
+}
+
+TEST(DoctorMemory, RecordedViewRoundTripsThroughJson) {
+  Report report = judged("idle-memory-holder");
+  auto view = nvml_view_from_json(to_json(report)["nvidia"], "round trip");
+  ASSERT_TRUE(view.ok()) << view.status().to_string();
+  ASSERT_EQ(view->gpus.size(), 1u);
+  EXPECT_EQ(view->gpus[0].uuid, report.nvml.gpus[0].uuid);
+  EXPECT_EQ(view->gpus[0].memory->used_bytes, report.nvml.gpus[0].memory->used_bytes);
+  EXPECT_EQ(view->gpus[0].processes.size(), 3u);
+  EXPECT_EQ(view->gpus[0].process_utilization->size(), 2u);
+  // Wrong types are named, not taken as zero.
+  auto bad = nvml_view_from_json(
+      nlohmann::json::parse(R"({"gpus": [{"memory": {"total_bytes": "lots"}}]})"), "x.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("total_bytes"), std::string::npos);
+  EXPECT_FALSE(nvml_view_from_json(nlohmann::json::array(), "x.json").ok());
+}
+
+}  // namespace
+}  // namespace gpuopt::doctor
