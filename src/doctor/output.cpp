@@ -93,7 +93,7 @@ Report terminal_safe(Report report) {
   clean_map(report.pci.other_classes);
   for (auto& device : report.pci.devices) {
     for (auto* text : {&device.vendor_name, &device.device_name, &device.class_name, &device.driver,
-                       &device.local_cpulist, &device.iommu_domain_type}) {
+                       &device.local_cpulist, &device.iommu_domain_type, &device.runtime_status}) {
       clean(*text);
     }
     for (auto& problem : device.problems) clean(problem);
@@ -205,26 +205,29 @@ json to_json(const Report& report) {
         {{"device", device.bdf}, {"effective", link_json(device.effective_link)}, {"path", path}});
     json aspm = json::object();
     for (const auto& [name, on] : device.aspm.states) aspm[name] = on;
-    devices.push_back({{"bdf", device.bdf},
-                       {"class", fmt::format("0x{:06x}", device.class_code)},
-                       {"class_name", device.class_name},
-                       {"vendor_id", fmt::format("0x{:04x}", device.vendor_id)},
-                       {"device_id", fmt::format("0x{:04x}", device.device_id)},
-                       {"vendor_name", device.vendor_name},
-                       {"device_name", device.device_name},
-                       {"driver", device.driver.empty() ? json() : json(device.driver)},
-                       {"numa_node", opt(device.numa_node)},
-                       {"local_cpulist", device.local_cpulist},
-                       {"iommu_group", opt(device.iommu_group)},
-                       {"iommu_domain_type",
-                        device.iommu_domain_type.empty() ? json() : json(device.iommu_domain_type)},
-                       {"aer",
-                        {{"correctable", opt(device.aer.correctable)},
-                         {"fatal", opt(device.aer.fatal)},
-                         {"nonfatal", opt(device.aer.nonfatal)}}},
-                       {"aspm_link_states", aspm},
-                       {"capabilities", config_json(device.config)},
-                       {"problems", device.problems}});
+    devices.push_back(
+        {{"bdf", device.bdf},
+         {"class", fmt::format("0x{:06x}", device.class_code)},
+         {"class_name", device.class_name},
+         {"vendor_id", fmt::format("0x{:04x}", device.vendor_id)},
+         {"device_id", fmt::format("0x{:04x}", device.device_id)},
+         {"vendor_name", device.vendor_name},
+         {"device_name", device.device_name},
+         {"driver", device.driver.empty() ? json() : json(device.driver)},
+         {"numa_node", opt(device.numa_node)},
+         {"local_cpulist", device.local_cpulist},
+         {"boot_vga", opt(device.boot_vga)},
+         {"runtime_status", device.runtime_status.empty() ? json() : json(device.runtime_status)},
+         {"iommu_group", opt(device.iommu_group)},
+         {"iommu_domain_type",
+          device.iommu_domain_type.empty() ? json() : json(device.iommu_domain_type)},
+         {"aer",
+          {{"correctable", opt(device.aer.correctable)},
+           {"fatal", opt(device.aer.fatal)},
+           {"nonfatal", opt(device.aer.nonfatal)}}},
+         {"aspm_link_states", aspm},
+         {"capabilities", config_json(device.config)},
+         {"problems", device.problems}});
   }
   json gpus = json::array();
   for (const auto& gpu : report.nvml.gpus) {
@@ -327,6 +330,10 @@ json to_json(const Report& report) {
                               {"api_version", device.api_version},
                               {"vendor_id", fmt::format("0x{:04x}", device.vendor_id)}});
   }
+  std::optional<std::string> display_gpu;
+  for (const auto& device : report.pci.devices) {
+    if (device.boot_vga == true && !display_gpu) display_gpu = device.bdf;
+  }
   json parameters = json::object();
   for (const auto& [name, value] : report.system.relevant_parameters) parameters[name] = value;
   json domain_types = json::object();
@@ -346,6 +353,7 @@ json to_json(const Report& report) {
             {"kernel_parameters", parameters},
             {"nvidia_kernel_driver", opt(report.system.nvidia_kernel_driver)},
             {"pci_devices_scanned", report.pci.scanned},
+            {"display_gpu", display_gpu ? json(*display_gpu) : json()},
             {"problems", report.system.problems}}},
           {"nvidia",
            {{"available", report.nvml.available},
@@ -421,6 +429,10 @@ std::string render_text(const Report& raw_report, bool color) {
                        device.driver.empty() ? "none" : device.driver,
                        device.numa_node ? std::to_string(*device.numa_node) : "?",
                        device.local_cpulist.empty() ? "?" : device.local_cpulist);
+    if (device.boot_vga == true) out += "  drives the display (boot_vga)\n";
+    if (!device.runtime_status.empty() && device.runtime_status != "active") {
+      out += fmt::format("  runtime power: {}\n", device.runtime_status);
+    }
     const auto& link = device.effective_link;
     if (link.max_speed_gts || link.current_speed_gts) {
       out += fmt::format("  PCIe link: {} {} now, {} {} max along {} hop(s)",

@@ -12,6 +12,9 @@ expect_exit() {  # machine expected_exit
 }
 expect_exit h200-healthy 0
 expect_exit laptop-igpu-dgpu 0
+expect_exit laptop-dgpu-suspended 0
+expect_exit laptop-dgpu-display 0
+expect_exit laptop-dgpu-x4 1
 expect_exit aspm-powersave 1
 expect_exit iommu-translated 1
 expect_exit aer-errors 1

@@ -27,7 +27,8 @@ run() {  # output_file command... (exit codes 0..2 are verdicts, 3 or more a fai
 
 run "$work/doctor-live.json" "$gpuopt" doctor --json --no-vulkan
 validate doctor.schema.json "$work/doctor-live.json"
-for machine in h200-healthy laptop-igpu-dgpu zombie-holding-gpu idle-memory-holder iommu-translated; do
+for machine in h200-healthy laptop-igpu-dgpu laptop-dgpu-suspended zombie-holding-gpu \
+  idle-memory-holder iommu-translated; do
   run "$work/doctor-$machine.json" "$gpuopt" doctor --json --root "$data/doctor/$machine"
   validate doctor.schema.json "$work/doctor-$machine.json"
 done

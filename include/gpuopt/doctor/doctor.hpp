@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -168,6 +169,13 @@ StatusOr<NvmlView> nvml_view_from_json(const nlohmann::json& nvidia, const std::
 
 // Memory held by a process that ran nothing in the sample window is judged from this size up.
 inline constexpr std::uint64_t kIdleHolderBytes = std::uint64_t{1} << 30;
+
+// GPUs whose PCIe interface has eight lanes by design (Ada AD106/AD107 laptop and workstation
+// laptop parts: RTX 4050/4060/4070 Laptop, RTX 2000/3000 Ada Laptop): the chip name ("AD107M")
+// when `device_id` is in the table or the pci.ids name starts with one of those chips; nullopt
+// otherwise. A Gen4 x8 link on these is their full rate, not a fault.
+std::optional<std::string> x8_link_by_design(std::uint16_t vendor_id, std::uint16_t device_id,
+                                             std::string_view device_name);
 
 // Pure rules, exposed for tests.
 // Flapping: link changes between consecutive samples.

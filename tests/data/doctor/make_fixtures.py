@@ -89,7 +89,8 @@ class Machine:
             self.write(f"sys/kernel/iommu_groups/{group}/type", kind + "\n")
 
     def device(self, sysfs_dir, vendor, device, class_code, link=None, config=None, driver=None,
-               numa=-1, cpus="0-31", group=None, aer=None, aspm_link=None, extra=None):
+               numa=-1, cpus="0-31", group=None, aer=None, aspm_link=None, extra=None,
+               boot_vga=None, runtime_status=None):
         bdf = os.path.basename(sysfs_dir)
         d = "sys/devices/" + sysfs_dir
         self.write(f"{d}/vendor", f"0x{vendor:04x}\n")
@@ -105,6 +106,11 @@ class Machine:
             self.write(f"{d}/max_link_width", f"{max_width}\n")
         if config is not None:
             self.write(f"{d}/config", config, "wb")
+        if boot_vga is not None:
+            self.write(f"{d}/boot_vga", f"{1 if boot_vga else 0}\n")
+        if runtime_status is not None:
+            self.write(f"{d}/power/runtime_status", runtime_status + "\n")
+            self.write(f"{d}/power/control", "auto\n")
         if driver:
             self.link(f"{d}/driver", f"/sys/bus/pci/drivers/{driver}")
         if group is not None:
@@ -183,24 +189,36 @@ def h200_server(name, policy="default", cmdline="intel_iommu=on iommu=pt", group
     return m
 
 
-def laptop():
-    """Intel Iris Xe iGPU on the root complex + RTX 4060 Laptop (Gen4 x8 max) idling at Gen1,
-    recorded without root: the dGPU's config space is the 64-byte unprivileged view."""
-    m = Machine("laptop-igpu-dgpu")
+def laptop(name="laptop-igpu-dgpu", display="igpu", runtime_status="active", port_width=8,
+           dgpu_link=(1, 8, 4, 8)):
+    """Intel Iris Xe iGPU on the root complex + RTX 4060 Laptop (AD107M, 10de:28e0: an x8 chip,
+    Gen4 x8 max) idling at Gen1, recorded without root: the dGPU's config space is the 64-byte
+    unprivileged view. display: which GPU has boot_vga = 1 ("igpu" or "dgpu", the firmware's
+    discrete/MUX mode); runtime_status: the dGPU's power/runtime_status."""
+    m = Machine(name)
     m.platform(policy="default", cmdline="quiet splash")
     m.device("pci0000:00/0000:00:02.0", 0x8086, 0xa7a0, 0x030000, driver="i915", cpus="0-15",
-             config=config_space(0x8086, 0xa7a0, 0x030000, False, None, length=64))
+             config=config_space(0x8086, 0xa7a0, 0x030000, False, None, length=64),
+             boot_vga=display == "igpu", runtime_status="active")
     port = "pci0000:00/0000:00:01.0"
-    m.device(port, 0x8086, 0xa70d, 0x060400, link=(1, 8, 4, 8), driver="pcieport", cpus="0-15",
+    m.device(port, 0x8086, 0xa70d, 0x060400, link=(dgpu_link[0], port_width, 4, port_width),
+             driver="pcieport", cpus="0-15",
              config=config_space(0x8086, 0xa70d, 0x060400, True, None, length=64))
-    m.device(port + "/0000:01:00.0", 0x10de, 0x28e0, 0x030000, link=(1, 8, 4, 8), driver="nvidia",
-             cpus="0-15", config=config_space(0x10de, 0x28e0, 0x030000, False, None, length=64))
+    m.device(port + "/0000:01:00.0", 0x10de, 0x28e0, 0x030000, link=dgpu_link, driver="nvidia",
+             cpus="0-15", config=config_space(0x10de, 0x28e0, 0x030000, False, None, length=64),
+             boot_vga=display == "dgpu", runtime_status=runtime_status)
     return m
 
 
 if __name__ == "__main__":
     h200_server("h200-healthy")
     laptop()
+    # The dGPU asleep (runtime PM, D3cold): its link reads as the lowest rate until it wakes.
+    laptop("laptop-dgpu-suspended", runtime_status="suspended")
+    # The firmware's discrete (MUX) mode: the NVIDIA GPU drives the display.
+    laptop("laptop-dgpu-display", display="dgpu")
+    # The same x8 chip trained at x4: a real fault, still a warning.
+    laptop("laptop-dgpu-x4", dgpu_link=(4, 4, 4, 8))
     h200_server("aspm-powersave", policy="powersave", gpu_aspm={"l1_aspm": True, "l0s_aspm": False})
     h200_server("iommu-translated", cmdline="intel_iommu=on", group_type="DMA-FQ",
                 acs_control=0x001d)

@@ -68,12 +68,21 @@ TEST(DoctorFixtures, HealthyH200HasNoFindings) {
 
 TEST(DoctorFixtures, LaptopDgpuBelowMaxIsInfoBecausePowerStateIsUnknown) {
   Report report = judged("laptop-igpu-dgpu");
-  EXPECT_EQ(findings_of(report), (Expected{{"pcie.link_downgraded", "info"}})) << describe(report);
+  EXPECT_EQ(findings_of(report),
+            (Expected{{"pcie.link_downgraded", "info"}, {"pcie.link_width_by_design", "info"}}))
+      << describe(report);
   EXPECT_EQ(exit_code(report), 0);
   ASSERT_EQ(report.pci.devices.size(), 2u);
   EXPECT_EQ(report.pci.devices[0].bdf, "0000:00:02.0");  // iGPU: no PCIe link of its own
   EXPECT_EQ(report.pci.devices[0].driver, "i915");
   EXPECT_EQ(report.findings[0].device, "0000:01:00.0");
+  EXPECT_EQ(report.findings[1].device, "0000:01:00.0");
+  // The iGPU drives the display; the dGPU is awake.
+  EXPECT_EQ(report.pci.devices[0].boot_vga, true);
+  EXPECT_EQ(report.pci.devices[1].boot_vga, false);
+  EXPECT_EQ(report.pci.devices[1].runtime_status, "active");
+  EXPECT_EQ(to_json(report)["platform"]["display_gpu"], "0000:00:02.0");
+  EXPECT_NE(render_text(report, false).find("0000:00:02.0  Intel"), std::string::npos);
   // Recorded without root: the note says what needs root.
   bool needs_root = std::any_of(report.notes.begin(), report.notes.end(), [](const auto& note) {
     return note.find("0000:01:00.0") != std::string::npos && note.find("root") != std::string::npos;
@@ -281,6 +290,67 @@ TEST(DoctorMemory, RecordedViewRoundTripsThroughJson) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("total_bytes"), std::string::npos);
   EXPECT_FALSE(nvml_view_from_json(nlohmann::json::array(), "x.json").ok());
+}
+
+}  // namespace
+}  // namespace gpuopt::doctor
+
+namespace gpuopt::doctor {
+namespace {
+
+TEST(DoctorLaptop, X8IsTheDesignOfAnAdaLaptopGpu) {
+  Report report = judged("laptop-igpu-dgpu");
+  const Finding* design = nullptr;
+  for (const auto& finding : report.findings) {
+    if (finding.id == "pcie.link_width_by_design") design = &finding;
+  }
+  ASSERT_NE(design, nullptr) << describe(report);
+  EXPECT_NE(design->summary.find("AD107M"), std::string::npos) << design->summary;
+  EXPECT_NE(design->summary.find("Gen4 x8"), std::string::npos) << design->summary;
+  // By device id, by the chip at the start of the pci.ids name, and nothing else.
+  EXPECT_EQ(x8_link_by_design(0x10de, 0x28e0, ""), "AD107M");
+  EXPECT_EQ(x8_link_by_design(0x10de, 0x2860, ""), "AD106M");
+  EXPECT_EQ(x8_link_by_design(0x10de, 0x0001, "AD107M [GeForce RTX 4060 Max-Q / Mobile]"),
+            "AD107M");
+  EXPECT_FALSE(x8_link_by_design(0x10de, 0x2335, "GH100 [H200 SXM 141GB]").has_value());
+  EXPECT_FALSE(x8_link_by_design(0x10de, 0x0001, "AD107MX").has_value());
+  EXPECT_FALSE(x8_link_by_design(0x8086, 0x28e0, "").has_value());  // another vendor's id
+}
+
+TEST(DoctorLaptop, TheSameChipAtX4IsStillAFault) {
+  Report report = judged("laptop-dgpu-x4");
+  EXPECT_EQ(findings_of(report), (Expected{{"pcie.link_width_reduced", "warning"}}))
+      << describe(report);
+  EXPECT_EQ(exit_code(report), 1);
+}
+
+TEST(DoctorLaptop, SuspendedDgpuExplainsASlowFirstCall) {
+  Report report = judged("laptop-dgpu-suspended");
+  // The Gen1 link of a sleeping GPU is not judged; the suspension is named.
+  EXPECT_EQ(findings_of(report),
+            (Expected{{"gpu.runtime_suspended", "info"}, {"pcie.link_width_by_design", "info"}}))
+      << describe(report);
+  const Finding* suspended = find_finding(report, "gpu.runtime_suspended");
+  ASSERT_NE(suspended, nullptr);
+  EXPECT_EQ(suspended->device, "0000:01:00.0");
+  EXPECT_NE(suspended->fix.find("/sys/bus/pci/devices/0000:01:00.0/power/control"),
+            std::string::npos);
+  EXPECT_EQ(exit_code(report), 0);
+  bool noted = std::any_of(report.notes.begin(), report.notes.end(), [](const auto& note) {
+    return note.find("runtime-suspended") != std::string::npos;
+  });
+  EXPECT_TRUE(noted);
+}
+
+TEST(DoctorLaptop, DgpuDrivingTheDisplayIsNamed) {
+  Report report = judged("laptop-dgpu-display");
+  const Finding* display = find_finding(report, "gpu.drives_display");
+  ASSERT_NE(display, nullptr) << describe(report);
+  EXPECT_EQ(display->device, "0000:01:00.0");
+  EXPECT_NE(display->fix.find("prime-select on-demand"), std::string::npos);
+  EXPECT_EQ(to_json(report)["platform"]["display_gpu"], "0000:01:00.0");
+  // The laptop whose iGPU drives the display has no such finding.
+  EXPECT_EQ(find_finding(judged("laptop-igpu-dgpu"), "gpu.drives_display"), nullptr);
 }
 
 }  // namespace
