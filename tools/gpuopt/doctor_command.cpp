@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <optional>
 
 #include "command_registry.hpp"
@@ -99,7 +100,17 @@ int run_doctor(const DoctorArguments& arguments) {
   std::optional<WatchResult> watched;
   if (arguments.watch_s > 0) {
     double duration = arguments.duration_s > 0 ? arguments.duration_s : arguments.watch_s * 10;
-    auto result = watch(options, report, arguments.watch_s, duration);
+    // Text: one line per sample as it is taken, as `nvidia-smi dmon` prints them.
+    std::function<void(const WatchSample&)> print_sample;
+    if (!arguments.json && !arguments.prometheus) {
+      std::fputs(watch_header_lines().c_str(), stdout);
+      std::fflush(stdout);
+      print_sample = [](const WatchSample& sample) {
+        std::fputs(watch_sample_line(sample).c_str(), stdout);
+        std::fflush(stdout);
+      };
+    }
+    auto result = watch(options, report, arguments.watch_s, duration, print_sample);
     if (!result.ok()) {
       std::fprintf(stderr, "gpuopt doctor: %s\n", result.status().to_string().c_str());
       return gpuopt::cli::kExitToolFailed;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -138,7 +139,17 @@ struct WatchSample {
   std::optional<unsigned> nvml_generation, nvml_width;
   std::optional<unsigned> replay_counter;
   std::optional<unsigned> tx_kbps, rx_kbps;
+  std::optional<unsigned> gpu_index;  // NVML's
+  std::optional<unsigned> sm_percent;
+  std::optional<std::uint64_t> memory_used_bytes;
+  std::optional<double> power_w;
+  std::optional<unsigned> temperature_c;
 };
+
+// One line per sample, as `nvidia-smi dmon` prints them: a two-line header (names, then units),
+// then fixed-width columns with "-" for a value that could not be read.
+std::string watch_header_lines();
+std::string watch_sample_line(const WatchSample& sample);
 
 struct WatchDeviceSummary {
   std::string bdf;
@@ -158,8 +169,10 @@ struct WatchResult {
 
 // Samples every described device every `interval_s` for `duration_s`, then adds the findings
 // (pcie.link_flapping, pcie.replay_rate) that one snapshot misses to `report`.
+// `on_sample`, when set, is called with each sample as it is taken (the CLI prints it at once).
 StatusOr<WatchResult> watch(const Options& options, Report& report, double interval_s,
-                            double duration_s);
+                            double duration_s,
+                            const std::function<void(const WatchSample&)>& on_sample = {});
 nlohmann::json watch_to_json(const WatchResult& result);
 std::string render_watch_text(const WatchResult& result);
 

@@ -355,3 +355,54 @@ TEST(DoctorLaptop, DgpuDrivingTheDisplayIsNamed) {
 
 }  // namespace
 }  // namespace gpuopt::doctor
+
+namespace gpuopt::doctor {
+namespace {
+
+TEST(DoctorWatch, OneLinePerSampleLikeDmon) {
+  WatchSample sample;
+  sample.t_s = 12.34;
+  sample.bdf = "0000:17:00.0";
+  sample.gpu_index = 0;
+  sample.speed_gts = 32.0;
+  sample.width = 16;
+  sample.nvml_generation = 5;
+  sample.nvml_width = 16;
+  sample.sm_percent = 97;
+  sample.memory_used_bytes = std::uint64_t{70} << 30;
+  sample.power_w = 612.4;
+  sample.temperature_c = 61;
+  sample.rx_kbps = 25'000'000;
+  sample.tx_kbps = 1'500;
+  sample.replay_counter = 3;
+  const std::string line = watch_sample_line(sample);
+  EXPECT_EQ(line,
+            "      12.3   0 0000:17:00.0  Gen5x16  Gen5x16  97   71680    612   61   25000       1"
+            "       3\n");
+  // Unread values are "-", never 0.
+  WatchSample bare;
+  bare.bdf = "0000:01:00.0";
+  const std::string bare_line = watch_sample_line(bare);
+  const std::string after_bus_id = bare_line.substr(bare_line.find("0000:01:00.0") + 12);
+  EXPECT_EQ(after_bus_id.find_first_of("0123456789"), std::string::npos) << bare_line;
+  EXPECT_EQ(std::count(bare_line.begin(), bare_line.end(), '-'), 10) << bare_line;
+  const std::string header = watch_header_lines();
+  EXPECT_EQ(header.substr(0, 2), "# ");
+  // Columns line up: each header line is as wide as a sample line.
+  EXPECT_EQ(header.find('\n'), line.size() - 1);
+}
+
+TEST(DoctorWatch, EverySampleReachesTheCallback) {
+  Options options;
+  options.root = gpuopt::testing::test_data_dir() + "/doctor/laptop-igpu-dgpu";
+  auto report = collect(options);
+  ASSERT_TRUE(report.ok());
+  int seen = 0;
+  auto result = watch(options, *report, 0.05, 0.1, [&](const WatchSample&) { ++seen; });
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(seen, static_cast<int>(result->samples.size()));
+  EXPECT_GE(seen, 4);  // two devices, at least two samples each
+}
+
+}  // namespace
+}  // namespace gpuopt::doctor
