@@ -29,6 +29,8 @@ constexpr std::int64_t kMaxLayers = 4096;
 constexpr std::int64_t kMaxHeads = 16384;
 constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;  // the safetensors spec's cap
 constexpr double kTightFraction = 0.9;
+constexpr double kMaxParameters = 1e15;
+constexpr double kMaxEstimateBytes = 1e18;  // an exabyte: far beyond any device, far inside 2^64
 
 struct SafetensorsDtype {
   const char* name;
@@ -124,6 +126,19 @@ StatusOr<ModelShape> parse_model_config(std::string_view json_text, const std::s
           shape.hidden_size, shape.num_attention_heads));
     }
     shape.head_dim = shape.hidden_size / shape.num_attention_heads;
+  }
+  // Each dimension may be plausible while their product is not; keep every later product (bytes
+  // of weights, KV cache, activations) far inside 64 bits.
+  const double parameters_estimate =
+      double(shape.num_layers) *
+          (double(shape.hidden_size) * double(shape.num_attention_heads + shape.num_kv_heads) *
+               double(shape.head_dim) * 2 +
+           3 * double(shape.hidden_size) * double(shape.intermediate_size)) +
+      2 * double(shape.vocab_size) * double(shape.hidden_size);
+  if (parameters_estimate > kMaxParameters) {
+    return invalid_argument(fmt::format(
+        "{}: the shapes describe about {:.3g} parameters, beyond any model (limit {:.0e})", origin,
+        parameters_estimate, kMaxParameters));
   }
   if (auto it = config.find("tie_word_embeddings"); it != config.end() && it->is_boolean()) {
     shape.tie_word_embeddings = it->get<bool>();
@@ -418,6 +433,19 @@ StatusOr<FitEstimate> estimate_fit(const ModelShape& shape,
 
   const auto batch = static_cast<std::uint64_t>(options.batch);
   const auto context = static_cast<std::uint64_t>(options.context);
+  {
+    const double tokens = double(batch) * double(context);
+    const double kv = tokens * double(kv_cache_bytes_per_token(shape, options.kv_cache_bytes));
+    const double activations =
+        tokens * double(activation_bytes_per_token(shape, options.activation_bytes));
+    if (kv > kMaxEstimateBytes || activations > kMaxEstimateBytes ||
+        double(options.reserve_bytes) > kMaxEstimateBytes) {
+      return invalid_argument(fmt::format(
+          "batch {} x context {} needs about {:.3g} bytes of KV cache and activations: beyond any "
+          "device (limit {:.0e})",
+          options.batch, options.context, kv + activations, kMaxEstimateBytes));
+    }
+  }
   estimate.kv_bytes_per_token = kv_cache_bytes_per_token(shape, options.kv_cache_bytes);
   const std::uint64_t activation_per_token =
       activation_bytes_per_token(shape, options.activation_bytes);

@@ -217,6 +217,22 @@ TEST(DoctorFit, BadInputIsNamed) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(DoctorFit, ImplausibleSizesAreRefusedNotOverflowed) {
+  // Every dimension within its own bound, the product beyond any model.
+  auto huge = parse_model_config(
+      R"({"hidden_size": 4194304, "intermediate_size": 4194304, "num_hidden_layers": 4096,
+          "num_attention_heads": 16384, "head_dim": 65536, "vocab_size": 4194304})",
+      "c.json");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("parameters"), std::string::npos);
+  FitOptions options;
+  options.batch = 1 << 20;
+  options.context = std::int64_t{1} << 30;
+  auto estimate = estimate_fit(shape_of("llama-3-70b"), {}, options);
+  ASSERT_FALSE(estimate.ok());
+  EXPECT_EQ(estimate.status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(DoctorFit, HostileHeadersAreRefused) {
   // data_offsets that disagree with shape x dtype, an unknown dtype, a shape that overflows.
   EXPECT_FALSE(parse_safetensors_header(
