@@ -75,7 +75,7 @@ int run_fit(const DoctorArguments& arguments) {
   }
   if (!why_unknown.empty()) estimate->notes.push_back("free memory not read: " + why_unknown);
   if (arguments.json) {
-    std::fputs((fit_to_json(*estimate).dump(2) + "\n").c_str(), stdout);
+    std::fputs((dump_json(fit_to_json(*estimate)) + "\n").c_str(), stdout);
   } else {
     std::fputs(render_fit_text(*estimate).c_str(), stdout);
   }
