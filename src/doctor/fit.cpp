@@ -541,6 +541,21 @@ StatusOr<FitEstimate> estimate_fit(const ModelShape& shape,
     }
     return estimate;
   }
+  estimate.reclaimable = options.reclaimable;
+  std::uint64_t reclaimable = 0;
+  std::string holders;
+  for (const auto& held : options.reclaimable) {
+    reclaimable += held.bytes;
+    holders += fmt::format("{}{} ({}, {})", holders.empty() ? "" : ", ", held.holder,
+                           gib(held.bytes), held.finding);
+  }
+  if (reclaimable > 0) {
+    const bool then_fits = estimate.total_bytes <= free + reclaimable;
+    estimate.advice.push_back(
+        then_fits ? fmt::format("end {}: that frees {} and then it fits", holders, gib(reclaimable))
+                  : fmt::format("end {}: that frees {}, still {} short", holders, gib(reclaimable),
+                                gib(estimate.total_bytes - free - reclaimable)));
+  }
   if (fixed >= free) {
     estimate.advice.push_back(fmt::format(
         "the weights alone ({}) and the reserve do not fit in {} free: quantise the weights or "
@@ -609,6 +624,42 @@ StatusOr<FitEstimate> estimate_fit(const std::string& checkpoint, const FitOptio
   return estimate;
 }
 
+StatusOr<FitOptions> fit_memory_from_report(const Report& report, unsigned index,
+                                            FitOptions options) {
+  const NvidiaGpu* gpu = nullptr;
+  for (const auto& candidate : report.nvml.gpus) {
+    if (candidate.index == index) gpu = &candidate;
+  }
+  if (gpu == nullptr) {
+    return not_found(fmt::format("no NVIDIA GPU {} ({})", index,
+                                 report.nvml.available
+                                     ? fmt::format("NVML lists {}", report.nvml.gpus.size())
+                                     : report.nvml.status));
+  }
+  if (!gpu->memory) return not_found(fmt::format("NVML gave no memory for GPU {}", index));
+  options.free_bytes = gpu->memory->free_bytes;
+  options.total_bytes = gpu->memory->total_bytes;
+  options.device = fmt::format("GPU {} ({})", index, gpu->name);
+  for (const auto& held : gpu->processes) {
+    if (!held.used_memory_bytes) continue;
+    const std::string pid = fmt::format("pid {}", held.pid);
+    for (const auto& finding : report.findings) {
+      if (finding.device != pid ||
+          (finding.id != "gpu.idle_memory_holder" && finding.id != "gpu.context_leak")) {
+        continue;
+      }
+      std::string name = "?";
+      for (const auto& process : report.processes.processes) {
+        if (process.pid == static_cast<int>(held.pid)) name = process.comm;
+      }
+      options.reclaimable.push_back(
+          {fmt::format("{} ({})", name, pid), finding.id, *held.used_memory_bytes});
+      break;
+    }
+  }
+  return options;
+}
+
 int fit_exit_code(const FitEstimate& estimate) {
   switch (estimate.verdict) {
     case FitVerdict::kDoesNotFit:
@@ -624,6 +675,11 @@ json fit_to_json(const FitEstimate& estimate) {
   auto opt = [](const auto& value) { return value ? json(*value) : json(nullptr); };
   json by_dtype = json::object();
   for (const auto& [dtype, bytes] : estimate.weight_bytes_by_dtype) by_dtype[dtype] = bytes;
+  json reclaimable = json::array();
+  for (const auto& held : estimate.reclaimable) {
+    reclaimable.push_back(
+        {{"holder", held.holder}, {"finding", held.finding}, {"bytes", held.bytes}});
+  }
   json alternatives = json::array();
   for (const auto& alternative : estimate.alternatives) {
     alternatives.push_back({{"change", alternative.format},
@@ -668,6 +724,7 @@ json fit_to_json(const FitEstimate& estimate) {
           {"max_batch", opt(estimate.max_batch)},
           {"max_context", opt(estimate.max_context)},
           {"alternatives", alternatives},
+          {"reclaimable", reclaimable},
           {"advice", estimate.advice},
           {"notes", estimate.notes},
           {"exit_code", fit_exit_code(estimate)}};

@@ -37,7 +37,9 @@ gib=$((1 << 30))
 run "$work/fit-8b.json" "$gpuopt" doctor --fit "$data/fit/llama-3-8b" --json --free-bytes $((24 * gib))
 run "$work/fit-70b.json" "$gpuopt" doctor --fit "$data/fit/llama-3-70b" --json --batch 4 --context 8192
 run "$work/fit-tiny.json" "$gpuopt" doctor --fit "$data/fit/tiny-llama-int4" --json --free-bytes $gib
-for name in fit-8b fit-70b fit-tiny; do validate fit.schema.json "$work/$name.json"; done
+run "$work/fit-idle.json" "$gpuopt" doctor --fit "$data/fit/qwen2.5-7b" --json \
+  --root "$data/doctor/idle-memory-holder"
+for name in fit-8b fit-70b fit-tiny fit-idle; do validate fit.schema.json "$work/$name.json"; done
 
 run "$work/bench-pcie.json" "$gpuopt" bench pcie --json --sizes 4K
 run "$work/bench-streams.json" "$gpuopt" bench streams --json --quick

@@ -9,7 +9,6 @@
 #include "command_registry.hpp"
 #include "gpuopt/doctor/doctor.hpp"
 #include "gpuopt/doctor/fit.hpp"
-#include "gpuopt/platform/nvml.hpp"
 
 namespace {
 
@@ -55,18 +54,23 @@ int run_fit(const DoctorArguments& arguments) {
   if (arguments.free_bytes) {
     options.free_bytes = arguments.free_bytes;
     options.device = "--free-bytes";
-  } else if (auto nvml = gpuopt::platform::Nvml::instance(); !nvml.ok()) {
-    why_unknown = nvml.status().message();
-  } else if (auto handle = (*nvml)->device_by_index(arguments.device); !handle.ok()) {
-    why_unknown = fmt::format("GPU {}: {}", arguments.device, handle.status().message());
-  } else if (auto memory = (*nvml)->memory(*handle); !memory.ok()) {
-    why_unknown = fmt::format("GPU {} memory: {}", arguments.device, memory.status().message());
   } else {
-    options.free_bytes = memory->free_bytes;
-    options.total_bytes = memory->total_bytes;
-    auto name = (*nvml)->name(*handle);
-    options.device = fmt::format("GPU {}{}", arguments.device,
-                                 name.ok() ? fmt::format(" ({})", *name) : std::string());
+    // Free memory and its idle or leaked holders, from NVML or a recorded machine's nvml.json.
+    Options doctor_options;
+    doctor_options.root = arguments.root;
+    doctor_options.use_vulkan = false;
+    auto collected = collect(doctor_options);
+    if (!collected.ok()) {
+      std::fprintf(stderr, "gpuopt doctor: %s\n", collected.status().message().c_str());
+      return gpuopt::cli::kExitToolFailed;
+    }
+    judge(*collected);
+    if (auto from_report = fit_memory_from_report(*collected, arguments.device, options);
+        from_report.ok()) {
+      options = std::move(from_report).value();
+    } else {
+      why_unknown = from_report.status().message();
+    }
   }
   auto estimate = estimate_fit(arguments.fit, options);
   if (!estimate.ok()) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpuopt/core/status.hpp"
+#include "gpuopt/doctor/doctor.hpp"
 
 namespace gpuopt::doctor {
 
@@ -84,6 +85,13 @@ StatusOr<std::vector<TensorHeader>> parse_safetensors_header(std::string_view he
                                                              std::uint64_t file_bytes,
                                                              const std::string& origin);
 
+// Memory a process holds that ending it would free: one doctor judged idle or leaked.
+struct ReclaimableMemory {
+  std::string holder;   // "python3 (pid 5100)"
+  std::string finding;  // the doctor finding that names it: "gpu.idle_memory_holder"
+  std::uint64_t bytes = 0;
+};
+
 struct FitOptions {
   std::int64_t batch = 1;
   std::int64_t context = 4096;  // tokens per sequence (prompt + generated)
@@ -97,6 +105,7 @@ struct FitOptions {
   std::optional<std::uint64_t> free_bytes;
   std::optional<std::uint64_t> total_bytes;
   std::string device;  // for the report: "0 (NVIDIA H200)" or "--free-bytes"
+  std::vector<ReclaimableMemory> reclaimable;  // on that device
 };
 
 enum class FitVerdict { kFits, kTight, kDoesNotFit, kUnknown };
@@ -132,6 +141,7 @@ struct FitEstimate {
   // not even one sequence of one token fits.
   std::optional<std::int64_t> max_batch, max_context;
   std::vector<FitAlternative> alternatives;
+  std::vector<ReclaimableMemory> reclaimable;
   std::vector<std::string> advice;  // what to change, most effective first
   std::vector<std::string> notes;   // assumptions and caveats
 };
@@ -153,6 +163,12 @@ StatusOr<FitEstimate> estimate_fit(const std::string& checkpoint, const FitOptio
 StatusOr<FitEstimate> estimate_fit(const ModelShape& shape,
                                    const std::vector<TensorHeader>& tensors,
                                    const FitOptions& options);
+
+// Free and total memory of NVML GPU `index` in a collected and judged doctor report (live or
+// recorded), and the memory of the processes its findings name as idle holders or leaked contexts
+// there. NOT_FOUND when the report has no such GPU or NVML gave no memory for it.
+StatusOr<FitOptions> fit_memory_from_report(const Report& report, unsigned index,
+                                            FitOptions options);
 
 // 0 fits (or free memory unknown), 1 tight (over 90 % of free memory), 2 does not fit.
 int fit_exit_code(const FitEstimate& estimate);

@@ -255,6 +255,32 @@ TEST(DoctorFit, HostileHeadersAreRefused) {
   EXPECT_EQ((*fine)[0].bytes, 6u);
 }
 
+// The seed case: the model does not fit because an idle notebook kernel holds 60 GiB; --fit reads
+// free memory from the recorded machine and says that ending the kernel makes room.
+TEST(DoctorFit, IdleHolderIsWhatToEnd) {
+  Options doctor_options;
+  doctor_options.root = gpuopt::testing::test_data_dir() + "/doctor/idle-memory-holder";
+  auto report = collect(doctor_options);
+  ASSERT_TRUE(report.ok());
+  judge(*report);
+  auto options = fit_memory_from_report(*report, 0, FitOptions{});
+  ASSERT_TRUE(options.ok()) << options.status().to_string();
+  // 140 GiB - (138 GiB + 600 MiB) used - 512 MiB reserved.
+  EXPECT_EQ(options->free_bytes, (140ull << 30) - (138ull << 30) - (600ull << 20) - (512ull << 20));
+  ASSERT_EQ(options->reclaimable.size(), 1u);
+  EXPECT_EQ(options->reclaimable[0].holder, "python3 (pid 5100)");
+  EXPECT_EQ(options->reclaimable[0].finding, "gpu.idle_memory_holder");
+  EXPECT_EQ(options->reclaimable[0].bytes, 60ull << 30);
+  auto estimate = estimate_fit(shape_of("qwen2.5-7b"), {}, *options);
+  ASSERT_TRUE(estimate.ok());
+  EXPECT_EQ(estimate->verdict, FitVerdict::kDoesNotFit);
+  ASSERT_FALSE(estimate->advice.empty());
+  EXPECT_EQ(estimate->advice[0],
+            "end python3 (pid 5100) (60.00 GiB, gpu.idle_memory_holder): that frees 60.00 GiB and "
+            "then it fits");
+  EXPECT_FALSE(fit_memory_from_report(*report, 3, FitOptions{}).ok());
+}
+
 TEST(DoctorFit, JsonCarriesTheEstimate) {
   FitOptions options;
   options.free_bytes = 24 * kGiB;
