@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(cmake ninja-build g++ ccache pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
           libgtest-dev libgmock-dev libbenchmark-dev libpci-dev pci.ids libhwloc-dev
           libsqlite3-dev zlib1g-dev libturbojpeg0-dev libjs-chart.js clang libclang-rt-14-dev pciutils chromium dataset-fashion-mnist
-          g++-aarch64-linux-gnu python3-prometheus-client python3-venv)
+          g++-aarch64-linux-gnu python3-prometheus-client python3-venv python3-jsonschema)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

@@ -45,6 +45,112 @@ bool translated_domain(const std::string& type) { return type == "DMA" || type =
 
 void add(Report& report, Finding finding) { report.findings.push_back(std::move(finding)); }
 
+// ---- Hybrid laptops ----
+
+// Ada mobile parts with an x8 PCIe interface, by PCI device id (pci.ids names in the comments).
+struct X8Gpu {
+  std::uint16_t device_id;
+  const char* chip;
+};
+constexpr X8Gpu kX8Gpus[] = {
+    {0x2820, "AD106M"},    // GeForce RTX 4070 Max-Q / Mobile
+    {0x2860, "AD106M"},    // GeForce RTX 4070 Max-Q / Mobile
+    {0x2838, "AD106GLM"},  // RTX 3000 Ada Generation Laptop GPU
+    {0x28a0, "AD107M"},    // GeForce RTX 4060 Max-Q / Mobile
+    {0x28a1, "AD107M"},    // GeForce RTX 4050 Max-Q / Mobile
+    {0x28b8, "AD107GLM"},  // RTX 2000 Ada Generation Laptop GPU
+    {0x28e0, "AD107M"},    // GeForce RTX 4060 Max-Q / Mobile
+    {0x28e1, "AD107M"},    // GeForce RTX 4050 Max-Q / Mobile
+};
+constexpr const char* kX8Chips[] = {"AD106M", "AD106GLM", "AD107M", "AD107GLM"};
+
+std::string device_label(const platform::PciDevice& device) {
+  return device.device_name.empty()
+             ? fmt::format("{:04x}:{:04x}", device.vendor_id, device.device_id)
+             : device.device_name;
+}
+
+void judge_x8_by_design(Report& report, const platform::PciDevice& device) {
+  auto chip = x8_link_by_design(device.vendor_id, device.device_id, device.device_name);
+  if (!chip) return;
+  const auto& link = device.effective_link;
+  const NvidiaGpu* gpu = nvml_gpu(report, device.bdf);
+  std::optional<int> width = link.current_width;
+  if (gpu != nullptr && gpu->current_width) width = static_cast<int>(*gpu->current_width);
+  std::optional<int> max_width = link.max_width;
+  if (gpu != nullptr && gpu->max_width) max_width = static_cast<int>(*gpu->max_width);
+  if (width.value_or(max_width.value_or(0)) != 8) return;  // x4 on an x8 chip is a fault
+  std::optional<double> max_speed = link.max_speed_gts;
+  std::string rate;
+  if (auto generation = max_speed ? platform::pcie_generation(*max_speed) : std::nullopt) {
+    if (auto gbps = platform::pcie_bandwidth_gbps(*generation, 8)) {
+      rate = fmt::format("Gen{} x8, about {:.1f} GB/s per direction", *generation, *gbps);
+    }
+  }
+  add(report,
+      {"pcie.link_width_by_design",
+       Severity::kInfo,
+       device.bdf,
+       fmt::format("{} has an eight-lane PCIe interface: its x8 link is its design, not a "
+                   "fault{}",
+                   device.device_name.rfind(*chip, 0) == 0
+                       ? device.device_name
+                       : fmt::format("{} ({})", device_label(device), *chip),
+                   rate.empty() ? "" : " (" + rate + ")"),
+       {{"chip", *chip},
+        {"device_id", fmt::format("0x{:04x}", device.device_id)},
+        {"current_width", width ? std::to_string(*width) : "?"},
+        {"max_width", max_width ? std::to_string(*max_width) : "?"}},
+       "Nothing to fix. Keep host<->device copies large and pinned; an x16 slot would not make "
+       "this GPU faster.",
+       "None (read-only check)."});
+}
+
+bool is_gpu(const platform::PciDevice& device) {
+  return device.is_display() || device.is_accelerator();
+}
+
+void judge_display(Report& report) {
+  for (const auto& device : report.pci.devices) {
+    if (!device.is_nvidia() || !is_gpu(device) || device.boot_vga != true) continue;
+    int gpus = 0;
+    for (const auto& other : report.pci.devices) gpus += is_gpu(other) ? 1 : 0;
+    add(report,
+        {"gpu.drives_display",
+         Severity::kInfo,
+         device.bdf,
+         fmt::format("{} drives the display (boot_vga): the desktop shares its memory and time, "
+                     "and the display watchdog can end long kernels",
+                     device_label(device)),
+         {{"boot_vga", "1"}, {"gpus", std::to_string(gpus)}},
+         gpus > 1 ? "On a hybrid laptop, let the integrated GPU drive the desktop (firmware "
+                    "'hybrid'/'Optimus' mode instead of 'discrete', or `sudo prime-select "
+                    "on-demand`) so the NVIDIA GPU only computes."
+                  : "Connect the monitor to another GPU, or run compute jobs without a desktop "
+                    "session on this GPU.",
+         "A hybrid mode may need a reboot; external monitors wired to the NVIDIA GPU then go "
+         "through the integrated one."});
+  }
+}
+
+void judge_runtime_power(Report& report, const platform::PciDevice& device) {
+  if (!device.is_nvidia() || !is_gpu(device)) return;
+  if (device.runtime_status != "suspended" && device.runtime_status != "suspending") return;
+  add(report,
+      {"gpu.runtime_suspended",
+       Severity::kInfo,
+       device.bdf,
+       fmt::format("{} is runtime-suspended (power/runtime_status = {}): the first CUDA or NVML "
+                   "call wakes it and pays the resume latency, so a first call or a benchmark's "
+                   "first sample is slow",
+                   device_label(device), device.runtime_status),
+       {{"runtime_status", device.runtime_status}},
+       fmt::format("Warm up before timing; to keep it awake until reboot: `echo on | sudo tee "
+                   "/sys/bus/pci/devices/{}/power/control` (back to `auto` to save power again).",
+                   device.bdf),
+       "An awake dGPU draws power all the time: shorter battery life."});
+}
+
 // ---- PCIe link rules ----
 
 void judge_link_sysfs(Report& report, const platform::PciDevice& device) {
@@ -65,7 +171,10 @@ void judge_link_sysfs(Report& report, const platform::PciDevice& device) {
     }
   }
   bool slower_slot = own.max_speed_gts && upstream_speed && *upstream_speed < *own.max_speed_gts;
-  bool narrower_slot = own.max_width && upstream_width && *upstream_width < *own.max_width;
+  // A GPU with eight lanes by design in an x8 slot is not limited by it.
+  bool narrower_slot = own.max_width && upstream_width && *upstream_width < *own.max_width &&
+                       !(*upstream_width == 8 &&
+                         x8_link_by_design(device.vendor_id, device.device_id, device.device_name));
   if (slower_slot || narrower_slot) {
     add(report,
         {"pcie.slot_limited",
@@ -82,8 +191,14 @@ void judge_link_sysfs(Report& report, const platform::PciDevice& device) {
          "Needs a power-off to move the card; none otherwise."});
   }
   const auto& link = device.effective_link;
+  const bool suspended = device.runtime_status == "suspended";
   if (link.current_speed_gts && link.max_speed_gts &&
-      *link.current_speed_gts < *link.max_speed_gts) {
+      *link.current_speed_gts < *link.max_speed_gts && suspended) {
+    report.notes.push_back(fmt::format(
+        "{}: link at {} while runtime-suspended: its lowest rate until the GPU wakes, not judged",
+        device.bdf, link_text(link.current_speed_gts, link.current_width)));
+  } else if (link.current_speed_gts && link.max_speed_gts &&
+             *link.current_speed_gts < *link.max_speed_gts) {
     add(report,
         {"pcie.link_downgraded",
          Severity::kInfo,
@@ -97,7 +212,10 @@ void judge_link_sysfs(Report& report, const platform::PciDevice& device) {
          "or watch `nvidia-smi -q -d PERFORMANCE,PCIE` while a job runs.",
          "None (read-only check)."});
   }
-  if (link.current_width && link.max_width && *link.current_width < *link.max_width) {
+  const bool x8_design =
+      x8_link_by_design(device.vendor_id, device.device_id, device.device_name).has_value();
+  if (link.current_width && link.max_width && *link.current_width < *link.max_width &&
+      !(x8_design && *link.current_width == 8)) {
     add(report,
         {"pcie.link_width_reduced",
          Severity::kWarning,
@@ -153,7 +271,9 @@ void judge_link_nvml(Report& report, const platform::PciDevice& device, const Nv
           device.bdf, *generation, *pstate));
     }
   }
-  if (width && gpu.max_width && *width < *gpu.max_width) {
+  const bool x8_design =
+      x8_link_by_design(device.vendor_id, device.device_id, device.device_name).has_value();
+  if (width && gpu.max_width && *width < *gpu.max_width && !(x8_design && *width == 8)) {
     add(report, {"pcie.link_width_reduced",
                  Severity::kWarning,
                  device.bdf,
@@ -320,6 +440,89 @@ void judge_nvidia(Report& report, const NvidiaGpu& gpu) {
   }
 }
 
+// ---- Memory ----
+
+std::string gib_text(std::uint64_t bytes) {
+  return fmt::format("{:.1f} GiB", bytes / double(1ull << 30));
+}
+
+const platform::ProcessInfo* process_info(const Report& report, int pid) {
+  for (const auto& process : report.processes.processes) {
+    if (process.pid == pid) return &process;
+  }
+  return nullptr;
+}
+
+// A process holding memory that ran nothing in NVML's sample window (an idle notebook kernel, a
+// finished job waiting on input, a leaked worker), and memory in use that no listed process
+// holds (processes of other containers or PID namespaces).
+void judge_memory(Report& report, const NvidiaGpu& gpu) {
+  std::uint64_t listed = 0;
+  for (const auto& held : gpu.processes) {
+    if (!held.used_memory_bytes) continue;
+    listed += *held.used_memory_bytes;
+    if (!gpu.process_utilization || *held.used_memory_bytes < kIdleHolderBytes) continue;
+    const platform::ProcessInfo* info = process_info(report, static_cast<int>(held.pid));
+    if (info != nullptr && info->state == 'Z') continue;  // gpu.context_leak names it already
+    int samples = 0;
+    bool active = false;
+    for (const auto& sample : *gpu.process_utilization) {
+      if (sample.pid != held.pid) continue;
+      ++samples;
+      active = active || sample.sm_percent > 0 || sample.memory_percent > 0;
+    }
+    if (active) continue;
+    const std::string name = info != nullptr ? info->comm : "?";
+    std::vector<std::pair<std::string, std::string>> evidence = {
+        {"pid", std::to_string(held.pid)},
+        {"name", name},
+        {"gpu", fmt::format("{} ({})", gpu.index, gpu.bdf)},
+        {"used_memory_bytes", std::to_string(*held.used_memory_bytes)},
+        {"samples", samples == 0 ? fmt::format("none in the last {:g} s", gpu.process_window_s)
+                                 : fmt::format("{} in the last {:g} s, all at 0 %", samples,
+                                               gpu.process_window_s)}};
+    std::string share;
+    if (gpu.memory && gpu.memory->total_bytes > 0) {
+      share = fmt::format(" ({:.0f} % of the GPU)",
+                          100.0 * *held.used_memory_bytes / gpu.memory->total_bytes);
+      evidence.emplace_back("gpu_total_bytes", std::to_string(gpu.memory->total_bytes));
+    }
+    if (info != nullptr) evidence.emplace_back("state", std::string(1, info->state));
+    add(report,
+        {"gpu.idle_memory_holder", Severity::kWarning, fmt::format("pid {}", held.pid),
+         fmt::format("{} (pid {}) holds {}{} on GPU {} but ran nothing on it in the last {:g} s",
+                     name, held.pid, gib_text(*held.used_memory_bytes), share, gpu.index,
+                     gpu.process_window_s),
+         std::move(evidence),
+         fmt::format("If it is an idle notebook or a finished job, end it (`kill -TERM {}`); if it "
+                     "is yours and must stay, release PyTorch's cache "
+                     "(`torch.cuda.empty_cache()`) or cap it "
+                     "(`torch.cuda.set_per_process_memory_fraction`).",
+                     held.pid),
+         "Ending it loses its state (a notebook's variables, a job's progress)."});
+  }
+  if (!gpu.memory) return;
+  const std::uint64_t used = gpu.memory->used_bytes;
+  if (used > listed && used - listed >= kIdleHolderBytes) {
+    std::vector<std::pair<std::string, std::string>> evidence = {
+        {"used_bytes", std::to_string(used)},
+        {"listed_process_bytes", std::to_string(listed)},
+        {"processes_listed", std::to_string(gpu.processes.size())}};
+    if (gpu.memory->reserved_bytes) {
+      evidence.emplace_back("reserved_bytes", std::to_string(*gpu.memory->reserved_bytes));
+    }
+    add(report,
+        {"gpu.memory_unaccounted", Severity::kInfo, gpu.bdf,
+         fmt::format("{} of GPU {}'s memory is in use by no process listed here: processes in "
+                     "other containers or PID namespaces, or a context the driver has not freed",
+                     gib_text(used - listed), gpu.index),
+         std::move(evidence),
+         "Run `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` on the host, outside "
+         "any container, to see every holder.",
+         "None (read-only check)."});
+  }
+}
+
 // ---- Processes ----
 
 void judge_processes(Report& report) {
@@ -393,6 +596,23 @@ void judge_processes(Report& report) {
 
 }  // namespace
 
+std::optional<std::string> x8_link_by_design(std::uint16_t vendor_id, std::uint16_t device_id,
+                                             std::string_view device_name) {
+  if (vendor_id != 0x10de) return std::nullopt;
+  for (const auto& gpu : kX8Gpus) {
+    if (gpu.device_id == device_id) return std::string(gpu.chip);
+  }
+  for (const char* chip : kX8Chips) {
+    const std::string_view prefix(chip);
+    // "AD107M [GeForce RTX 4060 Max-Q / Mobile]": the chip, then a space or the end.
+    if (device_name.substr(0, prefix.size()) == prefix &&
+        (device_name.size() == prefix.size() || device_name[prefix.size()] == ' ')) {
+      return std::string(chip);
+    }
+  }
+  return std::nullopt;
+}
+
 const char* severity_name(Severity severity) {
   switch (severity) {
     case Severity::kInfo:
@@ -434,6 +654,8 @@ void judge(Report& report) {
     } else {
       judge_link_sysfs(report, device);
     }
+    judge_x8_by_design(report, device);
+    judge_runtime_power(report, device);
     judge_capabilities(report, device, accelerators);
     judge_aer(report, device);
     judge_aspm_device(report, device, policy_flagged);
@@ -469,8 +691,10 @@ void judge(Report& report) {
   for (const auto& gpu : report.nvml.gpus) {
     judge_nvidia(report, gpu);
     judge_replay_snapshot(report, gpu);
+    judge_memory(report, gpu);
   }
   judge_processes(report);
+  judge_display(report);
   if (report.vulkan.available && !report.vulkan.info.get_physical_device_properties2) {
     add(report,
         {"vulkan.missing_extension",

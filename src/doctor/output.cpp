@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <map>
@@ -92,13 +93,16 @@ Report terminal_safe(Report report) {
   clean_map(report.pci.other_classes);
   for (auto& device : report.pci.devices) {
     for (auto* text : {&device.vendor_name, &device.device_name, &device.class_name, &device.driver,
-                       &device.local_cpulist, &device.iommu_domain_type}) {
+                       &device.local_cpulist, &device.iommu_domain_type, &device.runtime_status}) {
       clean(*text);
     }
     for (auto& problem : device.problems) clean(problem);
   }
   clean_optional(report.nvml.driver_version);
-  for (auto& gpu : report.nvml.gpus) clean(gpu.name);
+  for (auto& gpu : report.nvml.gpus) {
+    clean(gpu.name);
+    clean(gpu.uuid);
+  }
   clean(report.vulkan.info.loader_library);
   clean(report.vulkan.info.instance_api_version);
   for (auto& device : report.vulkan.info.devices) {
@@ -159,6 +163,10 @@ std::string gen(std::optional<double> speed) {
   return generation ? fmt::format("Gen{}", *generation) : fmt::format("{:g}GT/s", *speed);
 }
 
+std::string gib(std::uint64_t bytes) {
+  return fmt::format("{:.1f} GiB", bytes / double(1ull << 30));
+}
+
 std::string width(std::optional<int> value) { return value ? fmt::format("x{}", *value) : "x?"; }
 
 std::string bytes_text(std::uint64_t bytes) {
@@ -197,26 +205,29 @@ json to_json(const Report& report) {
         {{"device", device.bdf}, {"effective", link_json(device.effective_link)}, {"path", path}});
     json aspm = json::object();
     for (const auto& [name, on] : device.aspm.states) aspm[name] = on;
-    devices.push_back({{"bdf", device.bdf},
-                       {"class", fmt::format("0x{:06x}", device.class_code)},
-                       {"class_name", device.class_name},
-                       {"vendor_id", fmt::format("0x{:04x}", device.vendor_id)},
-                       {"device_id", fmt::format("0x{:04x}", device.device_id)},
-                       {"vendor_name", device.vendor_name},
-                       {"device_name", device.device_name},
-                       {"driver", device.driver.empty() ? json() : json(device.driver)},
-                       {"numa_node", opt(device.numa_node)},
-                       {"local_cpulist", device.local_cpulist},
-                       {"iommu_group", opt(device.iommu_group)},
-                       {"iommu_domain_type",
-                        device.iommu_domain_type.empty() ? json() : json(device.iommu_domain_type)},
-                       {"aer",
-                        {{"correctable", opt(device.aer.correctable)},
-                         {"fatal", opt(device.aer.fatal)},
-                         {"nonfatal", opt(device.aer.nonfatal)}}},
-                       {"aspm_link_states", aspm},
-                       {"capabilities", config_json(device.config)},
-                       {"problems", device.problems}});
+    devices.push_back(
+        {{"bdf", device.bdf},
+         {"class", fmt::format("0x{:06x}", device.class_code)},
+         {"class_name", device.class_name},
+         {"vendor_id", fmt::format("0x{:04x}", device.vendor_id)},
+         {"device_id", fmt::format("0x{:04x}", device.device_id)},
+         {"vendor_name", device.vendor_name},
+         {"device_name", device.device_name},
+         {"driver", device.driver.empty() ? json() : json(device.driver)},
+         {"numa_node", opt(device.numa_node)},
+         {"local_cpulist", device.local_cpulist},
+         {"boot_vga", opt(device.boot_vga)},
+         {"runtime_status", device.runtime_status.empty() ? json() : json(device.runtime_status)},
+         {"iommu_group", opt(device.iommu_group)},
+         {"iommu_domain_type",
+          device.iommu_domain_type.empty() ? json() : json(device.iommu_domain_type)},
+         {"aer",
+          {{"correctable", opt(device.aer.correctable)},
+           {"fatal", opt(device.aer.fatal)},
+           {"nonfatal", opt(device.aer.nonfatal)}}},
+         {"aspm_link_states", aspm},
+         {"capabilities", config_json(device.config)},
+         {"problems", device.problems}});
   }
   json gpus = json::array();
   for (const auto& gpu : report.nvml.gpus) {
@@ -233,10 +244,30 @@ json to_json(const Report& report) {
              {"aggregate_corrected", opt(gpu.ecc->aggregate_corrected)},
              {"aggregate_uncorrected", opt(gpu.ecc->aggregate_uncorrected)}};
     }
+    json memory = nullptr;
+    if (gpu.memory) {
+      memory = {{"total_bytes", gpu.memory->total_bytes},
+                {"free_bytes", gpu.memory->free_bytes},
+                {"used_bytes", gpu.memory->used_bytes},
+                {"reserved_bytes", opt(gpu.memory->reserved_bytes)}};
+    }
+    json process_utilization = nullptr;
+    if (gpu.process_utilization) {
+      json samples = json::array();
+      for (const auto& sample : *gpu.process_utilization) {
+        samples.push_back({{"pid", sample.pid},
+                           {"sm_percent", sample.sm_percent},
+                           {"memory_percent", sample.memory_percent}});
+      }
+      process_utilization = {{"window_s", gpu.process_window_s}, {"samples", samples}};
+    }
     gpus.push_back(
         {{"index", gpu.index},
          {"bdf", gpu.bdf},
          {"name", gpu.name},
+         {"uuid", gpu.uuid.empty() ? json() : json(gpu.uuid)},
+         {"memory", memory},
+         {"process_utilization", process_utilization},
          {"pcie",
           {{"current_generation", opt(gpu.current_generation)},
            {"current_width", opt(gpu.current_width)},
@@ -299,6 +330,10 @@ json to_json(const Report& report) {
                               {"api_version", device.api_version},
                               {"vendor_id", fmt::format("0x{:04x}", device.vendor_id)}});
   }
+  std::optional<std::string> display_gpu;
+  for (const auto& device : report.pci.devices) {
+    if (device.boot_vga == true && !display_gpu) display_gpu = device.bdf;
+  }
   json parameters = json::object();
   for (const auto& [name, value] : report.system.relevant_parameters) parameters[name] = value;
   json domain_types = json::object();
@@ -318,10 +353,12 @@ json to_json(const Report& report) {
             {"kernel_parameters", parameters},
             {"nvidia_kernel_driver", opt(report.system.nvidia_kernel_driver)},
             {"pci_devices_scanned", report.pci.scanned},
+            {"display_gpu", display_gpu ? json(*display_gpu) : json()},
             {"problems", report.system.problems}}},
           {"nvidia",
            {{"available", report.nvml.available},
             {"status", report.nvml.status.empty() ? json() : json(report.nvml.status)},
+            {"recorded", report.nvml.recorded},
             {"driver_version", opt(report.nvml.driver_version)},
             {"cuda_driver_version", opt(report.nvml.cuda_driver_version)},
             {"gpus", gpus}}},
@@ -392,6 +429,10 @@ std::string render_text(const Report& raw_report, bool color) {
                        device.driver.empty() ? "none" : device.driver,
                        device.numa_node ? std::to_string(*device.numa_node) : "?",
                        device.local_cpulist.empty() ? "?" : device.local_cpulist);
+    if (device.boot_vga == true) out += "  drives the display (boot_vga)\n";
+    if (!device.runtime_status.empty() && device.runtime_status != "active") {
+      out += fmt::format("  runtime power: {}\n", device.runtime_status);
+    }
     const auto& link = device.effective_link;
     if (link.max_speed_gts || link.current_speed_gts) {
       out += fmt::format("  PCIe link: {} {} now, {} {} max along {} hop(s)",
@@ -443,6 +484,39 @@ std::string render_text(const Report& raw_report, bool color) {
           gpu.persistence_mode ? (*gpu.persistence_mode ? "on" : "off") : "?",
           gpu.bar1 ? bytes_text(gpu.bar1->total_bytes) : "?",
           gpu.replay_counter ? std::to_string(*gpu.replay_counter) : "?");
+      if (!gpu.uuid.empty()) out += "  UUID: " + gpu.uuid + "\n";
+      if (gpu.memory) {
+        const auto& memory = *gpu.memory;
+        out += fmt::format(
+            "  memory: {} used of {} ({:.0f} %), {} free{}\n", gib(memory.used_bytes),
+            gib(memory.total_bytes),
+            memory.total_bytes ? 100.0 * memory.used_bytes / memory.total_bytes : 0.0,
+            gib(memory.free_bytes),
+            memory.reserved_bytes
+                ? fmt::format(", {} reserved by the driver", gib(*memory.reserved_bytes))
+                : "");
+      }
+      for (const auto& held : gpu.processes) {
+        std::string name = "?";
+        for (const auto& process : report.processes.processes) {
+          if (process.pid == static_cast<int>(held.pid)) name = process.comm;
+        }
+        std::string activity = "activity unknown";
+        if (gpu.process_utilization) {
+          unsigned sm = 0;
+          bool sampled = false;
+          for (const auto& sample : *gpu.process_utilization) {
+            if (sample.pid != held.pid) continue;
+            sampled = true;
+            sm = std::max(sm, sample.sm_percent);
+          }
+          activity = sampled ? fmt::format("SM up to {} %", sm)
+                             : fmt::format("idle {:g} s", gpu.process_window_s);
+        }
+        out +=
+            fmt::format("    pid {} {}: {}, {}\n", held.pid, name,
+                        held.used_memory_bytes ? gib(*held.used_memory_bytes) : "? GiB", activity);
+      }
     }
     for (const auto& problem : device.problems) out += "  problem: " + problem + "\n";
   }
@@ -512,7 +586,10 @@ std::string render_prometheus(const Report& report) {
     std::optional<unsigned> index;
     std::string uuid;
     for (const auto& gpu : report.nvml.gpus) {
-      if (gpu.bdf == bdf) index = gpu.index;
+      if (gpu.bdf == bdf) {
+        index = gpu.index;
+        uuid = gpu.uuid;
+      }
     }
     if (!index) {
       unsigned order = 0;
@@ -579,6 +656,9 @@ std::string render_prometheus(const Report& report) {
       "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Clock event reason bitmask (NVML).", "gauge", {}};
   Family temperature{"DCGM_FI_DEV_GPU_TEMP", "GPU temperature in C (NVML).", "gauge", {}};
   Family power{"DCGM_FI_DEV_POWER_USAGE", "Power draw in W (NVML).", "gauge", {}};
+  Family fb_total{"DCGM_FI_DEV_FB_TOTAL", "Device memory in MiB (NVML).", "gauge", {}};
+  Family fb_used{"DCGM_FI_DEV_FB_USED", "Device memory used in MiB (NVML).", "gauge", {}};
+  Family fb_free{"DCGM_FI_DEV_FB_FREE", "Device memory free in MiB (NVML).", "gauge", {}};
   for (const auto& gpu : report.nvml.gpus) {
     const std::string l = labels(gpu.bdf, gpu.name);
     auto add = [&](Family& family, auto value) {
@@ -593,6 +673,11 @@ std::string render_prometheus(const Report& report) {
     if (gpu.clock_event_reasons) add(throttle, *gpu.clock_event_reasons);
     if (gpu.temperature_c) add(temperature, *gpu.temperature_c);
     if (gpu.power_w) add(power, fmt::format("{:.3f}", *gpu.power_w));
+    if (gpu.memory) {
+      add(fb_total, gpu.memory->total_bytes >> 20);
+      add(fb_used, gpu.memory->used_bytes >> 20);
+      add(fb_free, gpu.memory->free_bytes >> 20);
+    }
   }
   Family findings{
       "GPUOPT_DOCTOR_FINDINGS", "Findings of gpuopt doctor by id and severity.", "gauge", {}};
@@ -608,7 +693,8 @@ std::string render_prometheus(const Report& report) {
   std::string out;
   for (const Family* family :
        {&link_gen, &link_width, &max_gen, &aer_correctable, &aer_uncorrectable, &replay, &tx, &rx,
-        &bar1, &persistence, &pstate, &throttle, &temperature, &power, &findings}) {
+        &bar1, &persistence, &pstate, &throttle, &temperature, &power, &fb_total, &fb_used,
+        &fb_free, &findings}) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", family->name, family->help, family->name,
                        family->type);
     for (const auto& sample : family->samples) out += family->name + sample + "\n";

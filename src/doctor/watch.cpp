@@ -23,8 +23,47 @@ int count_link_changes(const std::vector<WatchSample>& samples) {
   return changes;
 }
 
+std::string watch_header_lines() {
+  return fmt::format(
+      "# {:>8} {:>3} {:<12} {:>8} {:>8} {:>3} {:>7} {:>6} {:>4} {:>7} {:>7} {:>7}\n"
+      "# {:>8} {:>3} {:<12} {:>8} {:>8} {:>3} {:>7} {:>6} {:>4} {:>7} {:>7} {:>7}\n",
+      "time", "gpu", "bus_id", "link", "nvml", "sm", "fb", "pwr", "temp", "rxpci", "txpci",
+      "replay", "s", "idx", "", "sysfs", "link", "%", "MiB", "W", "C", "MB/s", "MB/s", "count");
+}
+
+std::string watch_sample_line(const WatchSample& sample) {
+  auto or_dash = [](const auto& value, auto&& format) -> std::string {
+    return value ? format(*value) : std::string("-");
+  };
+  auto integer = [](auto value) { return fmt::format("{}", value); };
+  std::string link = "-";
+  if (sample.speed_gts || sample.width) {
+    auto generation =
+        sample.speed_gts ? platform::pcie_generation(*sample.speed_gts) : std::nullopt;
+    link = fmt::format("{}x{}", generation ? fmt::format("Gen{}", *generation) : std::string("?"),
+                       sample.width ? std::to_string(*sample.width) : "?");
+  }
+  std::string nvml_link = "-";
+  if (sample.nvml_generation || sample.nvml_width) {
+    nvml_link = fmt::format("Gen{}x{}", or_dash(sample.nvml_generation, integer),
+                            or_dash(sample.nvml_width, integer));
+  }
+  return fmt::format(
+      "  {:>8.1f} {:>3} {:<12} {:>8} {:>8} {:>3} {:>7} {:>6} {:>4} {:>7} {:>7} {:>7}\n", sample.t_s,
+      or_dash(sample.gpu_index, integer), sample.bdf, link, nvml_link,
+      or_dash(sample.sm_percent, integer),
+      or_dash(sample.memory_used_bytes,
+              [](std::uint64_t bytes) { return fmt::format("{}", bytes >> 20); }),
+      or_dash(sample.power_w, [](double watts) { return fmt::format("{:.0f}", watts); }),
+      or_dash(sample.temperature_c, integer),
+      or_dash(sample.rx_kbps, [](unsigned kbps) { return fmt::format("{}", kbps / 1000); }),
+      or_dash(sample.tx_kbps, [](unsigned kbps) { return fmt::format("{}", kbps / 1000); }),
+      or_dash(sample.replay_counter, integer));
+}
+
 StatusOr<WatchResult> watch(const Options& options, Report& report, double interval_s,
-                            double duration_s) {
+                            double duration_s,
+                            const std::function<void(const WatchSample&)>& on_sample) {
   if (!(interval_s > 0) || !(duration_s >= interval_s) || duration_s > 7 * 24 * 3600) {
     return invalid_argument(
         fmt::format("--watch {} --duration {}: need 0 < interval <= duration <= 1 week", interval_s,
@@ -68,8 +107,22 @@ StatusOr<WatchResult> watch(const Options& options, Report& report, double inter
               value.ok()) {
             sample.rx_kbps = *value;
           }
+          if (auto value = (*nvml)->utilization(*handle); value.ok()) {
+            sample.sm_percent = value->gpu_percent;
+          }
+          if (auto value = (*nvml)->memory(*handle); value.ok()) {
+            sample.memory_used_bytes = value->used_bytes;
+          }
+          if (auto value = (*nvml)->power_w(*handle); value.ok()) sample.power_w = *value;
+          if (auto value = (*nvml)->temperature_c(*handle); value.ok()) {
+            sample.temperature_c = *value;
+          }
         }
       }
+      for (const auto& gpu : report.nvml.gpus) {
+        if (gpu.bdf == device.bdf) sample.gpu_index = gpu.index;
+      }
+      if (on_sample) on_sample(sample);
       result.samples.push_back(sample);
     }
     if (report.pci.devices.empty() && t >= duration_s) break;
@@ -163,7 +216,12 @@ nlohmann::json watch_to_json(const WatchResult& result) {
                        {"nvml_width", opt(sample.nvml_width)},
                        {"replay_counter", opt(sample.replay_counter)},
                        {"tx_kbps", opt(sample.tx_kbps)},
-                       {"rx_kbps", opt(sample.rx_kbps)}});
+                       {"rx_kbps", opt(sample.rx_kbps)},
+                       {"gpu", opt(sample.gpu_index)},
+                       {"sm_percent", opt(sample.sm_percent)},
+                       {"memory_used_bytes", opt(sample.memory_used_bytes)},
+                       {"power_w", opt(sample.power_w)},
+                       {"temperature_c", opt(sample.temperature_c)}});
   }
   return {{"interval_s", result.interval_s},
           {"duration_s", result.duration_s},

@@ -45,6 +45,31 @@ struct nvmlProcessInfo_v2 {  // _v2 and _v3 entry points
   unsigned gpuInstanceId;
   unsigned computeInstanceId;
 };
+struct nvmlMemory_v1 {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+struct nvmlMemory_v2 {
+  unsigned version;  // sizeof | 2 << 24 (NVML_STRUCT_VERSION)
+  unsigned long long total;
+  unsigned long long reserved;
+  unsigned long long free;
+  unsigned long long used;
+};
+constexpr unsigned kNvmlMemoryV2Version = sizeof(nvmlMemory_v2) | (2u << 24);
+struct nvmlProcessUtilizationSample_t {
+  unsigned pid;
+  unsigned long long timeStamp;
+  unsigned smUtil;
+  unsigned memUtil;
+  unsigned encUtil;
+  unsigned decUtil;
+};
+// NVML_DEVICE_UUID_V2_BUFFER_SIZE: "GPU-" + 36 characters fits in 80 (v1); v2 allows 96.
+constexpr unsigned kNvmlUuidBufferSize = 96;
+constexpr nvmlReturn_t kNvmlNotFound = 6;
+
 struct nvmlProcessInfo_v1 {  // the unversioned entry point
   unsigned pid;
   unsigned long long usedGpuMemory;
@@ -175,6 +200,11 @@ struct Nvml::Functions {
   nvmlReturn_t (*handle_by_index)(unsigned, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*handle_by_pci_bus_id)(const char*, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned) = nullptr;
+  nvmlReturn_t (*uuid)(nvmlDevice_t, char*, unsigned) = nullptr;
+  nvmlReturn_t (*memory_v2)(nvmlDevice_t, nvmlMemory_v2*) = nullptr;
+  nvmlReturn_t (*memory_v1)(nvmlDevice_t, nvmlMemory_v1*) = nullptr;
+  nvmlReturn_t (*process_utilization)(nvmlDevice_t, nvmlProcessUtilizationSample_t*, unsigned*,
+                                      unsigned long long) = nullptr;
   nvmlReturn_t (*pci_info)(nvmlDevice_t, nvmlPciInfo_v3*) = nullptr;
   nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
   nvmlReturn_t (*curr_gen)(nvmlDevice_t, unsigned*) = nullptr;
@@ -238,6 +268,11 @@ StatusOr<const Nvml*> Nvml::instance() {
     f.handle_by_pci_bus_id = kept.function<decltype(f.handle_by_pci_bus_id)>(
         {"nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetHandleByPciBusId"});
     f.name = kept.function<decltype(f.name)>({"nvmlDeviceGetName"});
+    f.uuid = kept.function<decltype(f.uuid)>({"nvmlDeviceGetUUID"});
+    f.memory_v2 = kept.function<decltype(f.memory_v2)>({"nvmlDeviceGetMemoryInfo_v2"});
+    f.memory_v1 = kept.function<decltype(f.memory_v1)>({"nvmlDeviceGetMemoryInfo"});
+    f.process_utilization =
+        kept.function<decltype(f.process_utilization)>({"nvmlDeviceGetProcessUtilization"});
     // The unversioned nvmlDeviceGetPciInfo has an older struct layout; only v3/v2 are used.
     f.pci_info =
         kept.function<decltype(f.pci_info)>({"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2"});
@@ -317,6 +352,64 @@ StatusOr<std::string> Nvml::name(NvmlDevice device) const {
   GPUOPT_RETURN_IF_ERROR(
       GPUOPT_NVML_CHECK(functions_->name(device.handle, buffer, sizeof(buffer) - 1)));
   return std::string(buffer);
+}
+
+StatusOr<std::string> Nvml::uuid(NvmlDevice device) const {
+  GPUOPT_NVML_REQUIRE(uuid);
+  char buffer[kNvmlUuidBufferSize] = {};
+  GPUOPT_RETURN_IF_ERROR(
+      GPUOPT_NVML_CHECK(functions_->uuid(device.handle, buffer, sizeof(buffer) - 1)));
+  return std::string(buffer);
+}
+
+StatusOr<NvmlMemory> Nvml::memory(NvmlDevice device) const {
+  if (functions_->memory_v2 != nullptr) {
+    nvmlMemory_v2 raw{};
+    raw.version = kNvmlMemoryV2Version;
+    nvmlReturn_t result = functions_->memory_v2(device.handle, &raw);
+    if (result == kNvmlSuccess) {
+      return NvmlMemory{raw.total, raw.free, raw.used, raw.reserved};
+    }
+    // A driver that knows the symbol but not this struct version: fall back to v1.
+    if (functions_->memory_v1 == nullptr) {
+      GPUOPT_RETURN_IF_ERROR(
+          check(result, "nvmlDeviceGetMemoryInfo_v2(device, &memory)", __FILE__, __LINE__));
+    }
+  }
+  GPUOPT_NVML_REQUIRE(memory_v1);
+  nvmlMemory_v1 raw{};
+  GPUOPT_RETURN_IF_ERROR(GPUOPT_NVML_CHECK(functions_->memory_v1(device.handle, &raw)));
+  return NvmlMemory{raw.total, raw.free, raw.used, std::nullopt};
+}
+
+StatusOr<std::vector<NvmlProcessUtilization>> Nvml::process_utilization(
+    NvmlDevice device, std::uint64_t since_us) const {
+  GPUOPT_NVML_REQUIRE(process_utilization);
+  // Size query first (INSUFFICIENT_SIZE with the count), then the read; samples may arrive in
+  // between, so retry with room to spare.
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    unsigned count = 0;
+    nvmlReturn_t result = functions_->process_utilization(device.handle, nullptr, &count, since_us);
+    if (result == kNvmlNotFound) return std::vector<NvmlProcessUtilization>{};
+    if (result != kNvmlInsufficientSize && result != kNvmlSuccess) {
+      GPUOPT_RETURN_IF_ERROR(check(result, "nvmlDeviceGetProcessUtilization(device, NULL, &count)",
+                                   __FILE__, __LINE__));
+    }
+    if (count == 0) return std::vector<NvmlProcessUtilization>{};
+    count += 16;
+    std::vector<nvmlProcessUtilizationSample_t> raw(count);
+    result = functions_->process_utilization(device.handle, raw.data(), &count, since_us);
+    if (result == kNvmlInsufficientSize) continue;
+    if (result == kNvmlNotFound) return std::vector<NvmlProcessUtilization>{};
+    GPUOPT_RETURN_IF_ERROR(check(result, "nvmlDeviceGetProcessUtilization(device, samples, &count)",
+                                 __FILE__, __LINE__));
+    std::vector<NvmlProcessUtilization> samples;
+    for (unsigned i = 0; i < std::min<std::size_t>(count, raw.size()); ++i) {
+      samples.push_back({raw[i].pid, raw[i].timeStamp, raw[i].smUtil, raw[i].memUtil});
+    }
+    return samples;
+  }
+  return resource_exhausted("NVML kept adding process utilisation samples");
 }
 
 StatusOr<std::string> Nvml::pci_bus_id(NvmlDevice device) const {

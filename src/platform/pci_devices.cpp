@@ -177,6 +177,7 @@ PciDevice describe_device(const fs::path& root, const std::string& bdf, std::uin
   if (auto text = read_text(dir / "numa_node", 64)) device.numa_node = parse_sysfs_int(*text);
   if (auto text = read_text(dir / "local_cpulist", 4096)) device.local_cpulist = trim(*text);
   if (auto text = read_text(dir / "boot_vga", 16)) device.boot_vga = trim(*text) == "1";
+  if (auto text = read_text(dir / "power/runtime_status", 64)) device.runtime_status = trim(*text);
   if (std::string group = link_target_name(dir / "iommu_group"); !group.empty()) {
     device.iommu_group = parse_sysfs_int(group);
     if (auto type = read_text(root / "sys/kernel/iommu_groups" / group / "type", 64)) {

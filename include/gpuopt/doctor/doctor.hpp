@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,6 +40,8 @@ struct NvidiaGpu {
   unsigned index = 0;
   std::string bdf;
   std::string name;
+  std::string uuid;  // "GPU-..." (empty when NVML refused it)
+  std::optional<platform::NvmlMemory> memory;
   std::optional<unsigned> current_generation, current_width, max_generation, max_width;
   std::optional<unsigned> gpu_max_generation;
   std::optional<unsigned> tx_kbps, rx_kbps;
@@ -51,12 +55,17 @@ struct NvidiaGpu {
   std::optional<platform::NvmlEcc> ecc;
   std::optional<platform::NvmlUtilization> utilization;
   std::vector<platform::NvmlProcess> processes;
+  // Per-process samples of the last `process_window_s` seconds; absent when NVML refused them (a
+  // process without a sample ran nothing in the window).
+  std::optional<std::vector<platform::NvmlProcessUtilization>> process_utilization;
+  double process_window_s = 0;
   std::vector<std::string> problems;  // metrics NVML refused, with its reason
 };
 
 struct NvmlView {
   bool available = false;
-  std::string status;  // why not, when unavailable
+  bool recorded = false;  // read from <root>/nvml.json, the "nvidia" object of doctor --json
+  std::string status;     // why not, when unavailable
   std::optional<std::string> driver_version;
   std::optional<int> cuda_driver_version;
   std::vector<NvidiaGpu> gpus;
@@ -130,7 +139,17 @@ struct WatchSample {
   std::optional<unsigned> nvml_generation, nvml_width;
   std::optional<unsigned> replay_counter;
   std::optional<unsigned> tx_kbps, rx_kbps;
+  std::optional<unsigned> gpu_index;  // NVML's
+  std::optional<unsigned> sm_percent;
+  std::optional<std::uint64_t> memory_used_bytes;
+  std::optional<double> power_w;
+  std::optional<unsigned> temperature_c;
 };
+
+// One line per sample, as `nvidia-smi dmon` prints them: a two-line header (names, then units),
+// then fixed-width columns with "-" for a value that could not be read.
+std::string watch_header_lines();
+std::string watch_sample_line(const WatchSample& sample);
 
 struct WatchDeviceSummary {
   std::string bdf;
@@ -150,10 +169,26 @@ struct WatchResult {
 
 // Samples every described device every `interval_s` for `duration_s`, then adds the findings
 // (pcie.link_flapping, pcie.replay_rate) that one snapshot misses to `report`.
+// `on_sample`, when set, is called with each sample as it is taken (the CLI prints it at once).
 StatusOr<WatchResult> watch(const Options& options, Report& report, double interval_s,
-                            double duration_s);
+                            double duration_s,
+                            const std::function<void(const WatchSample&)>& on_sample = {});
 nlohmann::json watch_to_json(const WatchResult& result);
 std::string render_watch_text(const WatchResult& result);
+
+// A recorded NVML view: the "nvidia" object of `doctor --json` (docs/schemas/doctor.schema.json).
+// collect() reads it from <root>/nvml.json for a recorded machine.
+StatusOr<NvmlView> nvml_view_from_json(const nlohmann::json& nvidia, const std::string& origin);
+
+// Memory held by a process that ran nothing in the sample window is judged from this size up.
+inline constexpr std::uint64_t kIdleHolderBytes = std::uint64_t{1} << 30;
+
+// GPUs whose PCIe interface has eight lanes by design (Ada AD106/AD107 laptop and workstation
+// laptop parts: RTX 4050/4060/4070 Laptop, RTX 2000/3000 Ada Laptop): the chip name ("AD107M")
+// when `device_id` is in the table or the pci.ids name starts with one of those chips; nullopt
+// otherwise. A Gen4 x8 link on these is their full rate, not a fault.
+std::optional<std::string> x8_link_by_design(std::uint16_t vendor_id, std::uint16_t device_id,
+                                             std::string_view device_name);
 
 // Pure rules, exposed for tests.
 // Flapping: link changes between consecutive samples.

@@ -46,6 +46,23 @@ struct NvmlProcess {
   std::optional<std::uint64_t> used_memory_bytes;  // NVML reports "not available" under some modes
 };
 
+// Device memory as the driver accounts it. `reserved` (driver and firmware) comes only from
+// nvmlDeviceGetMemoryInfo_v2; with the older entry point it is inside `used`.
+struct NvmlMemory {
+  std::uint64_t total_bytes = 0;
+  std::uint64_t free_bytes = 0;
+  std::uint64_t used_bytes = 0;
+  std::optional<std::uint64_t> reserved_bytes;
+};
+
+// One process's share of the GPU in one sample period (nvmlDeviceGetProcessUtilization).
+struct NvmlProcessUtilization {
+  unsigned pid = 0;
+  std::uint64_t timestamp_us = 0;  // CPU clock, microseconds since the epoch
+  unsigned sm_percent = 0;
+  unsigned memory_percent = 0;
+};
+
 // Clock event (formerly "throttle") reason bits, as NVML defines them.
 enum NvmlClockEvent : std::uint64_t {
   kClockEventGpuIdle = 0x1,
@@ -80,6 +97,13 @@ class Nvml {
   StatusOr<NvmlDevice> device_by_pci_bus_id(const std::string& bus_id) const;
 
   StatusOr<std::string> name(NvmlDevice device) const;
+  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", the form nvidia-smi and dcgm-exporter print.
+  StatusOr<std::string> uuid(NvmlDevice device) const;
+  StatusOr<NvmlMemory> memory(NvmlDevice device) const;
+  // Samples newer than `since_us` (microseconds since the epoch; 0: all NVML still holds). Empty
+  // when no process ran in that window (NVML answers NOT_FOUND then).
+  StatusOr<std::vector<NvmlProcessUtilization>> process_utilization(NvmlDevice device,
+                                                                    std::uint64_t since_us) const;
   // In sysfs form: lower-case, 4-digit domain ("0000:01:00.0").
   StatusOr<std::string> pci_bus_id(NvmlDevice device) const;
   StatusOr<NvmlUtilization> utilization(NvmlDevice device) const;

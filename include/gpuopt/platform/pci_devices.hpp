@@ -49,7 +49,10 @@ struct PciDevice {
   std::string driver;            // bound driver name; empty when none
   std::optional<int> numa_node;  // absent when sysfs says -1 or nothing
   std::string local_cpulist;
-  std::optional<bool> boot_vga;
+  std::optional<bool> boot_vga;  // the firmware's boot display device (the one driving the display)
+  // power/runtime_status: "active", "suspended", "suspending", "resuming", "error", "unsupported";
+  // empty when absent. A suspended dGPU wakes on the first access and pays the resume latency.
+  std::string runtime_status;
   std::vector<PciHop> path;         // device first, root port last
   LinkState effective_link;         // minimum along the path
   std::optional<PciConfig> config;  // the device's own (same as path[0].config)

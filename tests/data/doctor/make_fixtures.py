@@ -4,6 +4,7 @@ shaped like the real /sys/devices/pci... hierarchy with /sys/bus/pci/devices lin
 blobs built field by field, and the /proc parts doctor reads. Rerun after changing a machine:
     python3 tests/data/doctor/make_fixtures.py
 """
+import json
 import os
 import shutil
 import struct
@@ -88,7 +89,8 @@ class Machine:
             self.write(f"sys/kernel/iommu_groups/{group}/type", kind + "\n")
 
     def device(self, sysfs_dir, vendor, device, class_code, link=None, config=None, driver=None,
-               numa=-1, cpus="0-31", group=None, aer=None, aspm_link=None, extra=None):
+               numa=-1, cpus="0-31", group=None, aer=None, aspm_link=None, extra=None,
+               boot_vga=None, runtime_status=None):
         bdf = os.path.basename(sysfs_dir)
         d = "sys/devices/" + sysfs_dir
         self.write(f"{d}/vendor", f"0x{vendor:04x}\n")
@@ -104,6 +106,11 @@ class Machine:
             self.write(f"{d}/max_link_width", f"{max_width}\n")
         if config is not None:
             self.write(f"{d}/config", config, "wb")
+        if boot_vga is not None:
+            self.write(f"{d}/boot_vga", f"{1 if boot_vga else 0}\n")
+        if runtime_status is not None:
+            self.write(f"{d}/power/runtime_status", runtime_status + "\n")
+            self.write(f"{d}/power/control", "auto\n")
         if driver:
             self.link(f"{d}/driver", f"/sys/bus/pci/drivers/{driver}")
         if group is not None:
@@ -125,9 +132,35 @@ AER_CLEAN = {
 }
 
 
+GIB = 1 << 30
+
+
+def nvml_view(processes, used, samples, total=140 * GIB, reserved=GIB // 2):
+    """A recorded NVML view (nvml.json: the "nvidia" object of `doctor --json`) of the H200 at
+    0000:17:00.0. processes: {pid: bytes}; samples: [(pid, sm %, memory %)] of the last 10 s.
+    Sizes are synthetic round figures, not read from a device."""
+    return {
+        "driver_version": "570.00", "cuda_driver_version": 12080,
+        "gpus": [{
+            "index": 0, "bdf": "0000:17:00.0", "name": "NVIDIA H200",
+            "uuid": "GPU-00000000-1111-2222-3333-444444444444",
+            "memory": {"total_bytes": total, "used_bytes": used, "reserved_bytes": reserved,
+                       "free_bytes": total - used - reserved},
+            "pcie": {"current_generation": 5, "current_width": 16, "max_generation": 5,
+                     "max_width": 16},
+            "performance_state": 0, "persistence_mode": True,
+            "processes": [{"pid": pid, "used_memory_bytes": size}
+                          for pid, size in processes.items()],
+            "process_utilization": {"window_s": 10, "samples": [
+                {"pid": pid, "sm_percent": sm, "memory_percent": mem} for pid, sm, mem in samples]},
+        }],
+    }
+
+
 def h200_server(name, policy="default", cmdline="intel_iommu=on iommu=pt", group_type="identity",
-                acs_control=0x0000, aer=None, gpu_aspm=None, processes=None):
-    """Root port 0000:16:01.0 (Gen5 x16) with an H200 (10de:2335) at 0000:17:00.0 on NUMA node 0."""
+                acs_control=0x0000, aer=None, gpu_aspm=None, processes=None, nvml=None):
+    """Root port 0000:16:01.0 (Gen5 x16) with an H200 (10de:2335) at 0000:17:00.0 on NUMA node 0.
+    nvml: a recorded NVML view written to nvml.json (see nvml_view)."""
     m = Machine(name)
     m.platform(policy=policy, cmdline=cmdline, groups={30: group_type, 31: group_type})
     port = "pci0000:16/0000:16:01.0"
@@ -151,27 +184,41 @@ def h200_server(name, policy="default", cmdline="intel_iommu=on iommu=pt", group
         os.makedirs(os.path.join(m.root, f"proc/{pid}/fd"), exist_ok=True)
         for fd, target in fds.items():
             m.link(f"proc/{pid}/fd/{fd}", target)
+    if nvml is not None:
+        m.write("nvml.json", json.dumps(nvml, indent=2) + "\n")
     return m
 
 
-def laptop():
-    """Intel Iris Xe iGPU on the root complex + RTX 4060 Laptop (Gen4 x8 max) idling at Gen1,
-    recorded without root: the dGPU's config space is the 64-byte unprivileged view."""
-    m = Machine("laptop-igpu-dgpu")
+def laptop(name="laptop-igpu-dgpu", display="igpu", runtime_status="active", port_width=8,
+           dgpu_link=(1, 8, 4, 8)):
+    """Intel Iris Xe iGPU on the root complex + RTX 4060 Laptop (AD107M, 10de:28e0: an x8 chip,
+    Gen4 x8 max) idling at Gen1, recorded without root: the dGPU's config space is the 64-byte
+    unprivileged view. display: which GPU has boot_vga = 1 ("igpu" or "dgpu", the firmware's
+    discrete/MUX mode); runtime_status: the dGPU's power/runtime_status."""
+    m = Machine(name)
     m.platform(policy="default", cmdline="quiet splash")
     m.device("pci0000:00/0000:00:02.0", 0x8086, 0xa7a0, 0x030000, driver="i915", cpus="0-15",
-             config=config_space(0x8086, 0xa7a0, 0x030000, False, None, length=64))
+             config=config_space(0x8086, 0xa7a0, 0x030000, False, None, length=64),
+             boot_vga=display == "igpu", runtime_status="active")
     port = "pci0000:00/0000:00:01.0"
-    m.device(port, 0x8086, 0xa70d, 0x060400, link=(1, 8, 4, 8), driver="pcieport", cpus="0-15",
+    m.device(port, 0x8086, 0xa70d, 0x060400, link=(dgpu_link[0], port_width, 4, port_width),
+             driver="pcieport", cpus="0-15",
              config=config_space(0x8086, 0xa70d, 0x060400, True, None, length=64))
-    m.device(port + "/0000:01:00.0", 0x10de, 0x28e0, 0x030000, link=(1, 8, 4, 8), driver="nvidia",
-             cpus="0-15", config=config_space(0x10de, 0x28e0, 0x030000, False, None, length=64))
+    m.device(port + "/0000:01:00.0", 0x10de, 0x28e0, 0x030000, link=dgpu_link, driver="nvidia",
+             cpus="0-15", config=config_space(0x10de, 0x28e0, 0x030000, False, None, length=64),
+             boot_vga=display == "dgpu", runtime_status=runtime_status)
     return m
 
 
 if __name__ == "__main__":
     h200_server("h200-healthy")
     laptop()
+    # The dGPU asleep (runtime PM, D3cold): its link reads as the lowest rate until it wakes.
+    laptop("laptop-dgpu-suspended", runtime_status="suspended")
+    # The firmware's discrete (MUX) mode: the NVIDIA GPU drives the display.
+    laptop("laptop-dgpu-display", display="dgpu")
+    # The same x8 chip trained at x4: a real fault, still a warning.
+    laptop("laptop-dgpu-x4", dgpu_link=(4, 4, 4, 8))
     h200_server("aspm-powersave", policy="powersave", gpu_aspm={"l1_aspm": True, "l0s_aspm": False})
     h200_server("iommu-translated", cmdline="intel_iommu=on", group_type="DMA-FQ",
                 acs_control=0x001d)
@@ -191,7 +238,19 @@ if __name__ == "__main__":
         # A healthy daemon holding the control device: not a leak.
         1500: ("nvidia-persiste", "S", 1, 1500, {3: "/dev/nvidiactl"},
                "/system.slice/nvidia-persistenced.service"),
-    })
+    }, nvml=nvml_view({4242: 20 * GIB}, used=20 * GIB, samples=[]))
+    # "Memory stuck at 72 %": a notebook kernel that finished its work still holds 60 GiB, a
+    # training job runs beside it, a small idle context stays under the threshold, and 8 GiB are
+    # held by a process of another container that NVML does not list here.
+    gpu = {3: "/dev/nvidiactl", 4: "/dev/nvidia0", 5: "/dev/nvidia-uvm"}
+    session = "/user.slice/user-1000.slice/session-3.scope"
+    h200_server("idle-memory-holder", processes={
+        5000: ("jupyter-lab", "S", 1, 5000, {}, session),
+        5100: ("python3", "S", 5000, 5000, gpu, session),
+        5200: ("torchrun", "R", 5000, 5000, gpu, session),
+        5300: ("python3", "S", 5000, 5000, gpu, session),
+    }, nvml=nvml_view({5100: 60 * GIB, 5200: 70 * GIB, 5300: 600 << 20},
+                      used=138 * GIB + (600 << 20), samples=[(5200, 97, 41), (5200, 95, 40)]))
     # The same leak, with names no process is obliged to keep tidy: prctl(PR_SET_NAME) takes any
     # bytes, so comm holds a terminal escape, a newline and bytes that are not UTF-8 (0xff, an
     # overlong 0xc0 0xaf, a C1 CSI as UTF-8); the cgroup path and an fd target do too.
