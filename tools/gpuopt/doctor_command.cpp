@@ -29,7 +29,7 @@ int run_doctor(const DoctorArguments& arguments) {
   options.use_vulkan = !arguments.no_vulkan;
   auto collected = collect(options);
   if (!collected.ok()) {
-    std::fprintf(stderr, "gpuopt doctor: %s\n", collected.status().to_string().c_str());
+    std::fprintf(stderr, "gpuopt doctor: %s\n", collected.status().message().c_str());
     return gpuopt::cli::kExitToolFailed;
   }
   Report report = std::move(collected).value();
@@ -39,7 +39,7 @@ int run_doctor(const DoctorArguments& arguments) {
     double duration = arguments.duration_s > 0 ? arguments.duration_s : arguments.watch_s * 10;
     auto result = watch(options, report, arguments.watch_s, duration);
     if (!result.ok()) {
-      std::fprintf(stderr, "gpuopt doctor: %s\n", result.status().to_string().c_str());
+      std::fprintf(stderr, "gpuopt doctor: %s\n", result.status().message().c_str());
       return gpuopt::cli::kExitToolFailed;
     }
     watched = std::move(result).value();
