@@ -60,29 +60,43 @@ std::optional<double> eta_seconds(double done, std::optional<double> total, doub
 }
 
 std::string format_progress(const ProgressSnapshot& s, std::size_t width) {
-  std::vector<std::string> fields;
+  std::string count;
   const auto whole = static_cast<long long>(std::floor(std::max(s.done, 0.0)));
   if (s.total) {
     const double fraction = *s.total > 0 ? std::clamp(s.done / *s.total, 0.0, 1.0) : 0.0;
-    std::string count = fmt::format("{}/{}", whole, static_cast<long long>(std::llround(*s.total)));
+    count = fmt::format("{}/{}", whole, static_cast<long long>(std::llround(*s.total)));
     if (!s.unit.empty()) count += " " + plural(s.unit);
-    fields.push_back(fmt::format("{} {}%", count, static_cast<int>(std::floor(fraction * 100))));
+    count += fmt::format(" {}%", static_cast<int>(std::floor(fraction * 100)));
   } else {
-    fields.push_back(s.unit.empty() ? fmt::format("{}", whole)
-                                    : fmt::format("{} {}", whole, plural(s.unit)));
+    count = s.unit.empty() ? fmt::format("{}", whole) : fmt::format("{} {}", whole, plural(s.unit));
   }
-  if (!s.item.empty()) fields.push_back(s.item);
-  if (std::string rate = format_rate(s.done, s.elapsed_s, s.unit); !rate.empty()) {
-    fields.push_back(std::move(rate));
-  }
-  fields.push_back(format_duration(s.elapsed_s) + " elapsed");
-  if (auto eta = eta_seconds(s.done, s.total, s.elapsed_s)) {
-    fields.push_back("ETA " + format_duration(*eta));
-  }
-  std::string line = s.label.empty() ? std::string() : s.label + ": ";
-  for (std::size_t i = 0; i < fields.size(); ++i) line += (i == 0 ? "" : " | ") + fields[i];
-  // One column stays free: a line that fills the last one wraps on many terminals.
-  if (width > 1 && line.size() > width - 1) line.resize(width - 1);
+  std::string item = s.item;
+  std::string rate = format_rate(s.done, s.elapsed_s, s.unit);
+  std::string elapsed = format_duration(s.elapsed_s) + " elapsed";
+  const auto eta = eta_seconds(s.done, s.total, s.elapsed_s);
+  std::string eta_text = eta ? "ETA " + format_duration(*eta) : std::string();
+  auto compose = [&] {
+    std::string line = s.label.empty() ? std::string() : s.label + ": ";
+    line += count;
+    for (const std::string* field : {&item, &rate, &elapsed, &eta_text}) {
+      if (!field->empty()) line += " | " + *field;
+    }
+    return line;
+  };
+  // One column stays free: a line that fills the last one wraps on many terminals. On a narrow
+  // terminal the rate goes first, then the elapsed time, then the item is shortened; the count
+  // and the ETA stay to the last.
+  const std::size_t limit = width > 1 ? width - 1 : 0;
+  std::string line = compose();
+  if (limit == 0 || line.size() <= limit) return line;
+  rate.clear();
+  if ((line = compose()).size() <= limit) return line;
+  elapsed.clear();
+  if ((line = compose()).size() <= limit) return line;
+  const std::size_t excess = line.size() - limit;
+  item = item.size() > excess + 3 ? item.substr(0, item.size() - excess - 3) + "..." : "";
+  line = compose();
+  if (line.size() > limit) line.resize(limit);
   return line;
 }
 

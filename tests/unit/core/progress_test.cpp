@@ -64,11 +64,17 @@ TEST(FormatProgress, NothingDoneYet) {
   EXPECT_EQ(format_progress(snapshot), "audit: 0/8 stages 0% | doctor | 0.2 s elapsed");
 }
 
-TEST(FormatProgress, CutToTheWidthLeavingTheLastColumn) {
+TEST(FormatProgress, NarrowTerminalsKeepTheCountAndTheEta) {
   const ProgressSnapshot snapshot{"bench pcie", "pinned_h2d", 2.25, 12, "testcase", 6};
-  const std::string line = format_progress(snapshot, 20);
-  EXPECT_EQ(line, "bench pcie: 2/12 te");
-  EXPECT_EQ(line.size(), 19u);
+  // The whole line is 87 characters; each width leaves its last column free.
+  EXPECT_EQ(format_progress(snapshot, 88).size(), 87u);
+  EXPECT_EQ(format_progress(snapshot, 80),  // the rate goes first
+            "bench pcie: 2/12 testcases 18% | pinned_h2d | 6.0 s elapsed | ETA 26 s");
+  EXPECT_EQ(format_progress(snapshot, 60),  // then the elapsed time
+            "bench pcie: 2/12 testcases 18% | pinned_h2d | ETA 26 s");
+  EXPECT_EQ(format_progress(snapshot, 52),  // then the item is shortened
+            "bench pcie: 2/12 testcases 18% | pinn... | ETA 26 s");
+  EXPECT_EQ(format_progress(snapshot, 20), "bench pcie: 2/12 te");  // at last, a plain cut
 }
 
 // A FILE* that collects what is written, and a clock the test moves.
