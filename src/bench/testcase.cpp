@@ -2,12 +2,10 @@
 #include "gpuopt/bench/testcase.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 
 #include "gpuopt/core/progress.hpp"
