@@ -49,6 +49,12 @@ struct Shape {
   bool targeted;  // the done criteria are checked on these
 };
 
+std::string shape_key(const Shape& shape) { return fmt::format("k{}_n{}", shape.k, shape.n); }
+std::string shape_description(const Shape& shape) {
+  return fmt::format("{}: K={} N={} group {} symmetric int4 vs cuBLAS fp16/bf16", shape.what,
+                     shape.k, shape.n, kGroupSize);
+}
+
 #if GPUOPT_CUDA
 
 using runtime::DeviceBuffer;
@@ -180,11 +186,8 @@ class ShapeTestcase : public Testcase {
  public:
   ShapeTestcase(Shape shape, const GemmBenchOptions& options)
       : shape_(shape), quick_(options.quick), options_(options) {}
-  std::string key() const override { return fmt::format("k{}_n{}", shape_.k, shape_.n); }
-  std::string description() const override {
-    return fmt::format("{}: K={} N={} group {} symmetric int4 vs cuBLAS fp16/bf16", shape_.what,
-                       shape_.k, shape_.n, kGroupSize);
-  }
+  std::string key() const override { return shape_key(shape_); }
+  std::string description() const override { return shape_description(shape_); }
   Status filter(const BenchContext&) const override { return cuda_device_count().status(); }
 
   StatusOr<TestcaseResult> run(BenchContext& context) override {
@@ -486,6 +489,24 @@ class ShapeTestcase : public Testcase {
   GemmBenchOptions options_;
 };
 
+#else
+
+class NotBuiltShape : public Testcase {
+ public:
+  explicit NotBuiltShape(Shape shape) : shape_(shape) {}
+  std::string key() const override { return shape_key(shape_); }
+  std::string description() const override { return shape_description(shape_); }
+  Status filter(const BenchContext&) const override {
+    return unimplemented("gpuopt was built without CUDA");
+  }
+  StatusOr<TestcaseResult> run(BenchContext&) override {
+    return unimplemented("gpuopt was built without CUDA");
+  }
+
+ private:
+  Shape shape_;
+};
+
 #endif  // GPUOPT_CUDA
 
 }  // namespace
@@ -536,23 +557,23 @@ Status check_options(const GemmBenchOptions& options) {
 
 Suite make_suite(const GemmBenchOptions& options) {
   Suite suite("gemm");
-#if GPUOPT_CUDA
-  const bool quick = options.quick;
   std::vector<Shape> shapes = {
       {8192, 28672, "Llama-3-70B gate/up", true},
       {28672, 8192, "Llama-3-70B down", true},
       {4096, 14336, "Llama-3-8B gate/up", false},
       {4096, 4096, "Llama-3-8B q/o", false},
   };
-  if (!quick) {
+  if (!options.quick) {
     shapes.push_back({14336, 4096, "Llama-3-8B down", false});
     shapes.push_back({8192, 8192, "Llama-3-70B q/o", false});
     shapes.push_back({3584, 18944, "Qwen2-7B gate/up", false});
     shapes.push_back({18944, 3584, "Qwen2-7B down", false});
   }
+#if GPUOPT_CUDA
   for (const Shape& shape : shapes) suite.add(std::make_unique<ShapeTestcase>(shape, options));
 #else
-  (void)options;
+  // A build without CUDA lists the same testcases (for --list and --only) and waives them.
+  for (const Shape& shape : shapes) suite.add(std::make_unique<NotBuiltShape>(shape));
 #endif
   return suite;
 }

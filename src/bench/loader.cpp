@@ -320,7 +320,7 @@ Suite make_suite(const BenchOptions& bench, const LoaderBenchOptions& options) {
                      "GPU mode: device {}, consumer kernel on its own stream, copies on a "
                      "dedicated copy stream",
                      bench.device)
-               : fmt::format("CPU mode: no usable GPU ({})", devices.status().to_string());
+               : fmt::format("CPU mode: no usable GPU ({})", devices.status().message());
   }
   Suite suite("loader");
   for (const auto& key : testcase_keys()) {

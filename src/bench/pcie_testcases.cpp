@@ -86,7 +86,7 @@ std::string gbps(double value) { return fmt::format("{:.2f}", value); }
   auto path = platform::read_link_path("/", bdf);
   if (!path.ok() || path->empty()) {
     link.notes.push_back(fmt::format("PCIe link of {} unreadable: {}", bdf,
-                                     path.ok() ? "empty path" : path.status().to_string()));
+                                     path.ok() ? "empty path" : path.status().message()));
     return link;
   }
   const platform::LinkState& own = path->front().link;
@@ -189,7 +189,7 @@ class PcieTestcase : public Testcase {
   Status filter(const BenchContext&) const override {
     if (!state_->device_status.ok()) {
       return Status(state_->device_status.code(),
-                    "no usable GPU: " + state_->device_status.to_string());
+                    "no usable GPU: " + state_->device_status.message());
     }
     return extra_filter();
   }
@@ -773,10 +773,12 @@ Suite build_suite(const std::shared_ptr<PcieState>& state) {
 
 Suite make_suite(const BenchOptions& options) { return build_suite(detect(options)); }
 
+// Keys and descriptions do not depend on the machine, so no detection here.
+Suite make_catalogue() { return build_suite(std::make_shared<PcieState>()); }
+
 std::vector<std::string> testcase_keys() {
-  // Keys do not depend on the machine, so no detection (and no CUDA initialisation) here.
   std::vector<std::string> keys;
-  Suite suite = build_suite(std::make_shared<PcieState>());
+  Suite suite = make_catalogue();
   for (const auto& testcase : suite.testcases()) {
     keys.push_back(testcase->key());
   }

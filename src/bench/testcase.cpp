@@ -2,13 +2,13 @@
 #include "gpuopt/bench/testcase.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
+
+#include "gpuopt/core/progress.hpp"
 
 namespace gpuopt::bench {
 
@@ -172,25 +172,23 @@ int verdict_exit_code(const std::vector<TestcaseResult>& results) {
 std::vector<TestcaseResult> Suite::run(BenchContext& context) const {
   std::vector<TestcaseResult> results;
   const auto& only = context.options().only;
-  std::size_t selected = 0;
-  for (const auto& testcase : testcases_) {
-    if (only.empty() || std::find(only.begin(), only.end(), testcase->key()) != only.end()) {
-      ++selected;
-    }
-  }
+  auto selected = [&only](const std::string& key) {
+    return only.empty() || std::find(only.begin(), only.end(), key) != only.end();
+  };
+  std::size_t count = 0;
+  for (const auto& testcase : testcases_) count += selected(testcase->key()) ? 1 : 0;
+  ProgressOptions progress_options;
+  progress_options.enabled = context.options().progress;
+  progress_options.label = "bench " + name_;
+  progress_options.unit = "testcase";
+  progress_options.total = static_cast<double>(count);
+  ProgressLine progress(std::move(progress_options));
   std::size_t index = 0;
   for (const auto& testcase : testcases_) {
-    if (!only.empty() && std::find(only.begin(), only.end(), testcase->key()) == only.end()) {
-      continue;
-    }
-    const bool draw = context.options().progress;
     const std::string key = testcase->key();
-    context.set_progress_callback([&, draw](double fraction) {
-      if (!draw) return;
-      int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * 30);
-      std::fprintf(stderr, "\r[%zu/%zu] %-28s [%s%s]", index + 1, selected, key.c_str(),
-                   std::string(filled, '#').c_str(), std::string(30 - filled, ' ').c_str());
-      std::fflush(stderr);
+    if (!selected(key)) continue;
+    context.set_progress_callback([&progress, &index, &key](double fraction) {
+      progress.update(static_cast<double>(index) + std::clamp(fraction, 0.0, 1.0), key);
     });
     TestcaseResult result;
     result.key = key;
@@ -198,6 +196,7 @@ std::vector<TestcaseResult> Suite::run(BenchContext& context) const {
     if (Status filter = testcase->filter(context); !filter.ok()) {
       result.outcome = Outcome::kWaived;
       result.reason = filter.message();
+      result.reason_code = status_code_name(filter.code());
     } else {
       context.progress(0);
       StatusOr<TestcaseResult> ran = testcase->run(context);
@@ -207,11 +206,11 @@ std::vector<TestcaseResult> Suite::run(BenchContext& context) const {
         if (result.description.empty()) result.description = testcase->description();
       } else {
         result.outcome = Outcome::kFailed;
-        result.reason = ran.status().to_string();
+        result.reason = ran.status().message();
+        result.reason_code = status_code_name(ran.status().code());
       }
       context.progress(1);
     }
-    if (draw) std::fprintf(stderr, "\r\033[K");
     results.push_back(std::move(result));
     ++index;
   }
@@ -229,6 +228,8 @@ nlohmann::json to_json(const std::string& suite, const std::vector<TestcaseResul
                            {"notes", r.notes},
                            {"data", r.data.is_null() ? nlohmann::json::object() : r.data}};
     item["reason"] = r.reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.reason);
+    item["reason_code"] =
+        r.reason_code.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.reason_code);
     nlohmann::json checks = nlohmann::json::array();
     for (const Check& check : r.checks) checks.push_back(to_json(check));
     item["checks"] = std::move(checks);

@@ -34,10 +34,10 @@ for key, case in cases.items():
     assert fixed8["depth"] == 8 and fixed8["max_depth_reached"] == 8
 print("ok")
 PY
-# Bad arguments are the tool's failure (3), with a message.
+# Bad arguments are usage errors (2), with a message.
 set +e
 "$gpuopt" bench loader --cpu --producer-cost nonsense >/dev/null 2>&1
-[ $? -eq 3 ] || { echo "bad --producer-cost not rejected"; exit 1; }
+[ $? -eq 2 ] || { echo "bad --producer-cost not rejected"; exit 1; }
 "$gpuopt" bench loader --cpu --testcase nonsense >/dev/null 2>&1
-[ $? -eq 3 ] || { echo "bad --testcase not rejected"; exit 1; }
+[ $? -eq 2 ] || { echo "bad --testcase not rejected"; exit 1; }
 exit 0

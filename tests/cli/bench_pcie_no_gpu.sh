@@ -16,9 +16,13 @@ for case in cases:
 print(f"{len(cases)} testcases waived with a reason")
 '
 CUDA_VISIBLE_DEVICES="" "$gpuopt" bench pcie --quick >/dev/null
-# Bad input is a clear error (exit 3), never a crash.
-if "$gpuopt" bench pcie --sizes 4K,zero --json >/dev/null 2>&1; then
-  echo "bad --sizes accepted" >&2
+# Bad input is a usage error (exit 2) with a message, never a crash.
+set +e
+"$gpuopt" bench pcie --sizes 4K,zero --json >/dev/null 2>&1
+rc=$?
+set -e
+if [ "$rc" -ne 2 ]; then
+  echo "bad --sizes: exit $rc, expected 2" >&2
   exit 1
 fi
-"$gpuopt" bench pcie --list | grep -qx host_to_device_memcpy_ce_pinned
+"$gpuopt" bench pcie --list | grep -q "^host_to_device_memcpy_ce_pinned "

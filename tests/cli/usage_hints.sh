@@ -16,6 +16,8 @@ expect "gpuopt bench: unknown command 'stream'; did you mean 'streams'?" bench s
 expect "gpuopt doctor: unknown option '--jsn'; did you mean '--json'?" doctor --jsn
 expect "gpuopt: unknown command 'compile'." compile
 expect "gpuopt audit: unknown option '--out-dri'; did you mean '--out-dir'?" audit --out-dri /tmp/x
-"$gpuopt" --help | grep -q "^Exit codes: 0 healthy" || { echo "FAIL: no exit-code table in --help"; fail=1; }
+"$gpuopt" --help | grep -q "^  0  healthy" || { echo "FAIL: no exit-code table in --help"; fail=1; }
+# Old spellings are hidden aliases: accepted, never suggested.
+expect "gpuopt trace: unknown option '--outpt'; did you mean '--output'?" trace --outpt x -- true
 [ "$fail" -eq 0 ] && echo "usage hints ok"
 exit "$fail"

@@ -10,17 +10,21 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <sstream>
 
 #include "command_registry.hpp"
 #include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/core/output_file.hpp"
+#include "gpuopt/core/progress.hpp"
 #include "gpuopt/core/subprocess.hpp"
 #include "gpuopt/core/suggest.hpp"
 #include "gpuopt/report/judge.hpp"
 #include "gpuopt/report/report.hpp"
 #include "gpuopt/version.hpp"
+#include "output_options.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -29,6 +33,8 @@ namespace fs = std::filesystem;
 
 struct AuditOptions {
   std::string out_dir = "gpuopt-audit";
+  OutputOptions
+      output;        // -o/--output, --json, -q/--quiet: the summary (or report.json) and progress
   std::string from;  // a report.json to judge and render again instead of running the stages
   std::vector<std::string> skip;
   int stage_timeout_s = 300;
@@ -137,27 +143,38 @@ void classify_waived(report::StageRecord& stage) {
   stage.reason = "every testcase waived: " + joined;
 }
 
-// Writes report.json and report.html; returns the exit code of the document's verdict.
-int write_report(const fs::path& out, const nlohmann::json& document) {
-  std::ofstream(out / "report.json") << document.dump(2) << "\n";
-  std::ofstream html(out / "report.html");
-  html << report::render_html(document);
-  if (!html) {
-    fmt::print(stderr, "gpuopt audit: cannot write {}\n", (out / "report.html").string());
-    return kExitToolFailed;
+// Writes report.json and report.html, then the summary (text, or with --json the report itself)
+// to stdout or --output; returns the exit code of the document's verdict.
+int write_report(const fs::path& out, const nlohmann::json& document, const OutputOptions& output) {
+  const std::string report_json = document.dump(2) + "\n";
+  for (const auto& [name, contents] :
+       {std::pair<std::string, std::string>{"report.json", report_json},
+        {"report.html", report::render_html(document)}}) {
+    if (Status written = write_file_atomically((out / name).string(), contents); !written.ok()) {
+      print_error("audit", written);
+      return kExitToolFailed;
+    }
   }
   const nlohmann::json& verdict = document["verdict"];
-  fmt::print("gpuopt audit: {}\n", verdict.value("headline", ""));
-  for (const auto& skipped : verdict.value("skipped", nlohmann::json::array())) {
-    fmt::print("  skipped {}: {}\n", skipped.value("stage", ""), skipped.value("reason", ""));
+  std::string text;
+  auto append = std::back_inserter(text);
+  if (output.json) {
+    text = report_json;
+  } else {
+    fmt::format_to(append, "gpuopt audit: {}\n", verdict.value("headline", ""));
+    for (const auto& skipped : verdict.value("skipped", nlohmann::json::array())) {
+      fmt::format_to(append, "  skipped {}: {}\n", skipped.value("stage", ""),
+                     skipped.value("reason", ""));
+    }
+    int shown = 0;
+    for (const auto& action : document.value("actions", nlohmann::json::array())) {
+      if (shown++ == 3) break;
+      fmt::format_to(append, "  {}. {}\n", shown, action.value("headline", ""));
+    }
+    fmt::format_to(append, "gpuopt audit: wrote {} and {}\n", (out / "report.html").string(),
+                   (out / "report.json").string());
   }
-  int shown = 0;
-  for (const auto& action : document.value("actions", nlohmann::json::array())) {
-    if (shown++ == 3) break;
-    fmt::print("  {}. {}\n", shown, action.value("headline", ""));
-  }
-  fmt::print("gpuopt audit: wrote {} and {}\n", (out / "report.html").string(),
-             (out / "report.json").string());
+  if (!write_output("audit", output, text)) return kExitToolFailed;
   return verdict.value("exit_code", kExitErrors);
 }
 
@@ -165,40 +182,44 @@ int write_report(const fs::path& out, const nlohmann::json& document) {
 int rejudge(const AuditOptions& options) {
   std::ifstream in(options.from);
   if (!in) {
-    fmt::print(stderr, "gpuopt audit: cannot read {}\n", options.from);
-    return kExitToolFailed;
+    fmt::print(stderr, "gpuopt audit: --from: cannot read {}\n", options.from);
+    return kExitErrors;
   }
   nlohmann::json document = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded() || !document.is_object() || !document.contains("stages") ||
       !document["stages"].is_array()) {
     fmt::print(stderr, "gpuopt audit: {} is not an audit report.json (no \"stages\" array)\n",
                options.from);
-    return kExitToolFailed;
-  }
-  std::error_code error;
-  fs::create_directories(options.out_dir, error);
-  if (error) {
-    fmt::print(stderr, "gpuopt audit: cannot create {}: {}\n", options.out_dir, error.message());
-    return kExitToolFailed;
+    return kExitErrors;
   }
   document["schema_version"] = report::kReportSchemaVersion;
   report::judge_report(document);
-  return write_report(options.out_dir, document);
+  return write_report(options.out_dir, document, options.output);
+}
+
+// Before any stage runs: --output must be writable and --out-dir (with stages/ for a run) must
+// exist or be creatable; a bad path is the caller's error (exit 2).
+bool paths_usable(const AuditOptions& options) {
+  if (!output_usable("audit", options.output)) return false;
+  std::error_code error;
+  const fs::path folder =
+      options.from.empty() ? fs::path(options.out_dir) / "stages" : fs::path(options.out_dir);
+  fs::create_directories(folder, error);
+  if (error) {
+    fmt::print(stderr, "gpuopt audit: --out-dir: cannot create {}: {}\n", folder.string(),
+               error.message());
+    return false;
+  }
+  return true;
 }
 
 int run_audit(CLI::App& app, const AuditOptions& options) {
+  if (!paths_usable(options)) return kExitErrors;
   if (!options.from.empty()) return rejudge(options);
-  std::error_code error;
   fs::path out(options.out_dir);
-  fs::create_directories(out / "stages", error);
-  if (error) {
-    fmt::print(stderr, "gpuopt audit: cannot create {}: {}\n", (out / "stages").string(),
-               error.message());
-    return kExitToolFailed;
-  }
   auto self = current_executable();
   if (!self.ok()) {
-    fmt::print(stderr, "gpuopt audit: {}\n", self.status().to_string());
+    print_error("audit", self.status());
     return kExitToolFailed;
   }
 
@@ -214,13 +235,24 @@ int run_audit(CLI::App& app, const AuditOptions& options) {
              audit.gpu_present ? "GPU: " + audit.gpu_summary : "no GPU: " + audit.gpu_summary);
 
   auto plan = audit_plan(options.full);
+  ProgressOptions progress_options;
+  progress_options.enabled = progress_wanted(options.output);
+  progress_options.label = "audit";
+  progress_options.unit = "stage";
+  progress_options.total = static_cast<double>(plan.size());
+  ProgressLine progress(std::move(progress_options));
+  // Elapsed time and ETA keep moving while a stage runs.
+  progress.start_ticker(std::chrono::milliseconds(500));
   for (std::size_t i = 0; i < plan.size(); ++i) {
     const StagePlan& step = plan[i];
     report::StageRecord stage;
     stage.key = step.key;
     stage.title = step.title;
     stage.command = step.command;
-    fmt::print(stderr, "[{}/{}] {:<14} ", i + 1, plan.size(), step.key);
+    const std::string log_prefix = fmt::format("[{}/{}] {:<14} ", i + 1, plan.size(), step.key);
+    // Without a progress line the log line starts now, so a stage that hangs is named.
+    if (!progress.enabled()) fmt::print(stderr, "{}", log_prefix);
+    progress.update(static_cast<double>(i), step.key);
     if (std::find(options.skip.begin(), options.skip.end(), step.key) != options.skip.end()) {
       stage.status = "skipped";
       stage.reason = "skipped by --skip";
@@ -236,7 +268,7 @@ int run_audit(CLI::App& app, const AuditOptions& options) {
                                 std::chrono::seconds(options.stage_timeout_s));
       if (!ran.ok()) {
         stage.status = "failed";
-        stage.reason = ran.status().to_string();
+        stage.reason = plain_message(ran.status());
       } else {
         stage.seconds = ran->seconds;
         stage.exit_code = ran->exit_code;
@@ -274,24 +306,32 @@ int run_audit(CLI::App& app, const AuditOptions& options) {
     nlohmann::json judged = report::to_json(single);
     std::vector<report::Action> ignored;
     report::judge_stage(judged["stages"][0], ignored);
+    progress.clear();
     fmt::print(
-        stderr, "{:<8} {:6.1f} s  {:<8} {}\n", stage.status, stage.seconds,
-        judged["stages"][0].value("verdict", ""),
+        stderr, "{}{:<8} {:6.1f} s  {:<8} {}\n", progress.enabled() ? log_prefix : "", stage.status,
+        stage.seconds, judged["stages"][0].value("verdict", ""),
         stage.status == "ran" ? judged["stages"][0].value("verdict_summary", "") : stage.reason);
     audit.stages.push_back(std::move(stage));
+    progress.update(static_cast<double>(i + 1));
   }
+  progress.stop_ticker();
+  progress.clear();
 
   nlohmann::json document = report::to_json(audit);
   report::judge_report(document);
-  return write_report(out, document);
+  return write_report(out, document, options.output);
 }
 
 GPUOPT_REGISTER_COMMAND("", 100, [](CLI::App& parent, int& exit_code) {
   auto options = std::make_shared<AuditOptions>();
   CLI::App* command = parent.add_subcommand(
       "audit", "The main job: doctor + short benches + pipeline, one report.html + report.json");
-  command->add_option("--out-dir,--out", options->out_dir, "Folder for report.html and report.json")
+  add_out_dir_flag(*command, options->out_dir, "Folder for report.html, report.json and stages/",
+                   {"--out"})
       ->capture_default_str();
+  OutputFlags output_flags = OutputFlags::with_quiet();
+  output_flags.json_help = "Print report.json instead of the summary (to stdout or --output)";
+  add_output_flags(*command, options->output, output_flags);
   command->add_option("--from", options->from,
                       "Judge and render a recorded report.json again instead of running stages");
   command->add_option("--skip", options->skip, "Stage keys to skip (e.g. bench.gemm)")

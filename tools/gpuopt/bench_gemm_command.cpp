@@ -1,7 +1,7 @@
-// `gpuopt bench gemm [--quick] [--json] [options]`: the W4A16 GEMM against cuBLAS on LLM layer
-// shapes. The options below map onto bench::gemm::GemmBenchOptions and kernels::W4A16Options
-// (docs/w4a16-gemm.md, "How to reproduce"); without them the run is the default plan of every M.
-#include <cstdio>
+// `gpuopt bench gemm [--quick] [--json] [--only KEYS] [--list] [options]`: the W4A16 GEMM against
+// cuBLAS on LLM layer shapes. The options below map onto bench::gemm::GemmBenchOptions and
+// kernels::W4A16Options (docs/w4a16-gemm.md, "How to reproduce"); without them the run is the
+// default plan of every M.
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,10 +15,9 @@ namespace gpuopt::cli {
 namespace {
 
 struct GemmBenchArgs {
-  bool json = false;
   int samples = 0;
   int device = 0;
-  std::vector<std::string> only;
+  BenchCommandArgs common;
   bench::gemm::GemmBenchOptions gemm;
   // Text options parsed in run_bench_gemm (each names the bad value).
   std::string force_path = "auto";
@@ -63,29 +62,28 @@ Status fill_options(GemmBenchArgs& args) {
 
 int run_bench_gemm(GemmBenchArgs& args) {
   if (const Status status = fill_options(args); !status.ok()) {
-    std::fprintf(stderr, "gpuopt bench gemm: %s\n", status.message().c_str());
-    return kExitToolFailed;
+    print_error("bench gemm", status);
+    return kExitErrors;
   }
   bench::BenchOptions options;
   options.quick = args.gemm.quick;
   options.samples = args.samples;
   options.device = args.device;
-  options.only = args.only;
-  const bench::Suite suite = bench::gemm::make_suite(args.gemm);
-  const std::vector<bench::TestcaseResult> results = run_and_print(suite, options, args.json);
-  return bench::gemm::exit_code_for(results);
+  const BenchFamily family{"gemm", [&args] { return bench::gemm::make_suite(args.gemm); }, nullptr,
+                           bench::gemm::exit_code_for};
+  return run_bench_command(family, options, args.common);
 }
 
 GPUOPT_REGISTER_COMMAND("bench", 70, [](CLI::App& parent, int& exit_code) {
   auto args = std::make_shared<GemmBenchArgs>();
   CLI::App* command = parent.add_subcommand(
       "gemm", "W4A16 int4 GEMM vs cuBLAS fp16/bf16 on Llama/Qwen layer shapes, M = 1..256");
-  command->add_flag("--json", args->json, "JSON on stdout instead of text");
   command->add_flag("--quick", args->gemm.quick, "the four targeted shapes, fewer samples");
-  command->add_option("--samples", args->samples,
-                      "timed launches per figure (default 50, quick 20)");
+  command
+      ->add_option("--samples", args->samples, "timed launches per figure (default 50, quick 20)")
+      ->check(CLI::NonNegativeNumber);
   command->add_option("--device", args->device, "CUDA device ordinal");
-  command->add_option("--only", args->only, "testcase keys to run, e.g. k8192_n28672");
+  add_bench_flags(*command, args->common, "k8192_n28672");
   command
       ->add_option("--m", args->gemm.batch_sizes,
                    "M values to time, e.g. 1,16,64 (default "

@@ -1,8 +1,8 @@
-// `gpuopt bench loader [--cpu] [--quick] [--json]`: the adaptive prefetch loader against fixed
-// depths 2 and 8, for a constant and a bursty producer feeding a consumer of set duration; with
+// `gpuopt bench loader [--cpu] [--quick] [--json] [--only KEYS] [--list]`: the adaptive prefetch
+// loader against fixed depths 2 and 8, for a constant and a bursty producer feeding a consumer of
+// set duration; with
 // `--record-file PATH --io auto|pread|cufile|compare`, the record-file read paths instead (pread +
 // pinned staging + H2D against cuFile straight into device batches).
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -27,27 +27,34 @@ struct LoaderArgs {
   bench::BenchOptions bench;
   bench::loader::LoaderBenchOptions loader;
   std::string producer_cost = "sleep";
-  bool json = false;
   RecordArgs record;
+  BenchCommandArgs common;
 };
 
 int run_record_file_bench(const LoaderArgs& args) {
   const RecordArgs& record = args.record;
   if (record.options.path.empty()) {
     std::fprintf(stderr, "gpuopt bench loader: --io needs --record-file PATH\n");
-    return kExitToolFailed;
+    return kExitErrors;
   }
   auto paths = bench::loader::record_io_paths(record.io);
   if (!paths.ok()) {
     std::fprintf(stderr, "gpuopt bench loader: --io: %s (or compare)\n",
                  paths.status().message().c_str());
-    return kExitToolFailed;
+    return kExitErrors;
   }
+  const BenchFamily family{
+      "loader",
+      [&record, &paths] { return bench::loader::make_record_io_suite(record.options, *paths); },
+      nullptr, bench::loader::record_io_exit_code_for};
+  // Work starts below: --output is checked first, and --list needs no record file.
+  if (!output_usable("bench loader", args.common.output)) return kExitErrors;
+  if (args.common.list) return run_bench_command(family, args.bench, args.common);
   if (record.create_mib > 0) {
     Status created = bench::loader::create_record_file(record.options.path, record.create_mib);
     if (!created.ok()) {
-      std::fprintf(stderr, "gpuopt bench loader: %s\n", created.to_string().c_str());
-      return kExitToolFailed;
+      print_error("bench loader", created);
+      return exit_code_for_error(created);
     }
   }
   // --io cufile insists: a machine without cuFile is an error here, not a waiver.
@@ -55,13 +62,11 @@ int run_record_file_bench(const LoaderArgs& args) {
     auto opened = data::open_record_file(
         {record.options.path, record.options.record_bytes, data::RecordIo::kCufile});
     if (!opened.ok()) {
-      std::fprintf(stderr, "gpuopt bench loader: %s\n", opened.status().to_string().c_str());
+      print_error("bench loader", opened.status());
       return kExitErrors;
     }
   }
-  bench::Suite suite = bench::loader::make_record_io_suite(record.options, *paths);
-  auto results = run_and_print(suite, args.bench, args.json);
-  return bench::loader::record_io_exit_code_for(results);
+  return run_bench_command(family, args.bench, args.common);
 }
 
 int run_bench_loader(LoaderArgs args) {
@@ -72,19 +77,12 @@ int run_bench_loader(LoaderArgs args) {
   } else if (args.producer_cost != "sleep") {
     std::fprintf(stderr, "gpuopt bench loader: --producer-cost must be sleep or busy, not '%s'\n",
                  args.producer_cost.c_str());
-    return kExitToolFailed;
+    return kExitErrors;
   }
-  for (const auto& key : args.bench.only) {
-    auto keys = bench::loader::testcase_keys();
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-      std::fprintf(stderr, "gpuopt bench loader: unknown testcase '%s' (constant, bursty)\n",
-                   key.c_str());
-      return kExitToolFailed;
-    }
-  }
-  bench::Suite suite = bench::loader::make_suite(args.bench, args.loader);
-  auto results = run_and_print(suite, args.bench, args.json);
-  return bench::loader::exit_code_for(results);
+  const BenchFamily family{"loader",
+                           [&args] { return bench::loader::make_suite(args.bench, args.loader); },
+                           nullptr, bench::loader::exit_code_for};
+  return run_bench_command(family, args.bench, args.common);
 }
 
 GPUOPT_REGISTER_COMMAND("bench", 50, [](CLI::App& parent, int& exit_code) {
@@ -93,7 +91,6 @@ GPUOPT_REGISTER_COMMAND("bench", 50, [](CLI::App& parent, int& exit_code) {
       "loader", "Adaptive prefetch loader vs fixed depth 2 and 8 (constant and bursty producers)");
   command->add_flag("--cpu", args->loader.cpu, "Host consumer (busy-wait) even when a GPU exists");
   command->add_flag("--quick", args->bench.quick, "Fewer batches per run");
-  command->add_flag("--json", args->json, "JSON on stdout instead of text");
   command->add_option("--consumer-us", args->loader.consumer_us, "Consumer time per batch (us)")
       ->check(finite_number_in(0.001, 1e9));
   command->add_option("--batches", args->loader.batches,
@@ -113,7 +110,7 @@ GPUOPT_REGISTER_COMMAND("bench", 50, [](CLI::App& parent, int& exit_code) {
   command->add_option("--producer-cost", args->producer_cost,
                       "sleep (models I/O, default) or busy (burns CPU)");
   command->add_option("--device", args->bench.device, "CUDA device ordinal");
-  command->add_option("--testcase", args->bench.only, "Run only these: constant, bursty");
+  add_bench_flags(*command, args->common, "constant,bursty");
   command->add_option("--record-file", args->record.options.path,
                       "Read this record file through the loader instead of the synthetic suite");
   command->add_option("--io", args->record.io,

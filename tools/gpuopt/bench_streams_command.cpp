@@ -1,6 +1,6 @@
-// `gpuopt bench streams [--json] [--quick]`: critical-task latency under background load per
-// isolation mode (priority streams, SM partitions), and eager launch vs CUDA Graph replay.
-#include <cstdio>
+// `gpuopt bench streams [--json] [--quick] [--only KEYS] [--list]`: critical-task latency under
+// background load per isolation mode (priority streams, SM partitions), and eager launch vs CUDA
+// Graph replay.
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,12 +13,11 @@ namespace gpuopt::cli {
 namespace {
 
 struct StreamsArgs {
-  bool json = false;
   bool quick = false;
   int samples = 0;
   int device = 0;
   bool no_green_contexts = false;
-  std::vector<std::string> only;
+  BenchCommandArgs common;
 };
 
 int run_bench_streams(const StreamsArgs& args) {
@@ -26,11 +25,10 @@ int run_bench_streams(const StreamsArgs& args) {
   options.quick = args.quick;
   options.samples = args.samples;
   options.device = args.device;
-  options.only = args.only;
   options.use_green_contexts = !args.no_green_contexts;
-  const bench::Suite suite = bench::streams::make_suite();
-  const std::vector<bench::TestcaseResult> results = run_and_print(suite, options, args.json);
-  return bench::streams::exit_code_for(results);
+  const BenchFamily family{"streams", [] { return bench::streams::make_suite(); }, nullptr,
+                           bench::streams::exit_code_for};
+  return run_bench_command(family, options, args.common);
 }
 
 GPUOPT_REGISTER_COMMAND("bench", 45, [](CLI::App& parent, int& exit_code) {
@@ -39,13 +37,13 @@ GPUOPT_REGISTER_COMMAND("bench", 45, [](CLI::App& parent, int& exit_code) {
       "streams",
       "Critical-task latency vs background kernels per isolation mode (same stream, priorities, "
       "SM partition) and eager launch vs CUDA Graph replay");
-  command->add_flag("--json", args->json, "JSON on stdout instead of text");
   command->add_flag("--quick", args->quick, "0.4 s per mode instead of 2 s (under 10 s in all)");
-  command->add_option("--samples", args->samples, "graph_launch samples (default 15, quick 5)");
+  command->add_option("--samples", args->samples, "graph_launch samples (default 15, quick 5)")
+      ->check(CLI::NonNegativeNumber);
   command->add_option("--device", args->device, "CUDA device ordinal");
   command->add_flag("--no-green-contexts", args->no_green_contexts,
                     "sm_partition mode on priority streams even where green contexts exist");
-  command->add_option("--only", args->only, "testcases to run: contention, graph_launch");
+  add_bench_flags(*command, args->common, "contention,graph_launch");
   command->callback([args, &exit_code] { exit_code = run_bench_streams(*args); });
 });
 

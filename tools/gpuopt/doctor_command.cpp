@@ -97,7 +97,7 @@ int run_doctor(const DoctorArguments& arguments) {
   options.use_vulkan = !arguments.no_vulkan;
   auto collected = collect(options);
   if (!collected.ok()) {
-    std::fprintf(stderr, "gpuopt doctor: %s\n", collected.status().to_string().c_str());
+    std::fprintf(stderr, "gpuopt doctor: %s\n", collected.status().message().c_str());
     return gpuopt::cli::kExitToolFailed;
   }
   Report report = std::move(collected).value();
@@ -117,7 +117,7 @@ int run_doctor(const DoctorArguments& arguments) {
     }
     auto result = watch(options, report, arguments.watch_s, duration, print_sample);
     if (!result.ok()) {
-      std::fprintf(stderr, "gpuopt doctor: %s\n", result.status().to_string().c_str());
+      std::fprintf(stderr, "gpuopt doctor: %s\n", result.status().message().c_str());
       return gpuopt::cli::kExitToolFailed;
     }
     watched = std::move(result).value();

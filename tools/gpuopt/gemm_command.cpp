@@ -6,13 +6,16 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "command_registry.hpp"
 #include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/core/output_file.hpp"
 #include "gpuopt/kernels/safetensors.hpp"
 #include "gpuopt/kernels/w4a16.hpp"
 #include "gpuopt/runtime/device_buffer.hpp"
+#include "output_options.hpp"
 
 #if GPUOPT_CUDA
 #include <cuda_runtime_api.h>
@@ -24,7 +27,8 @@ namespace {
 using namespace gpuopt::kernels;
 
 struct GemmArgs {
-  std::string weights, layer, input, output, format, config;
+  std::string weights, layer, input, format, config;
+  OutputOptions output;  // --output: the y .npy (required); --json: the summary as JSON
   bool cpu = false;
 };
 
@@ -110,6 +114,8 @@ StatusOr<std::vector<std::uint16_t>> run_on_gpu(const W4A16Weights& weights,
 }
 
 Status run_gemm(const GemmArgs& args) {
+  // The output path is checked before the checkpoint is read: a typo should not cost the run.
+  GPUOPT_RETURN_IF_ERROR(check_output_path(args.output.output).with_context("--output"));
   GPUOPT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(args.weights));
   GPUOPT_ASSIGN_OR_RETURN(QuantizeConfig config, find_config(args));
   GPUOPT_ASSIGN_OR_RETURN(CheckpointLayer layer, load_checkpoint_layer(file, args.layer, config));
@@ -152,13 +158,33 @@ Status run_gemm(const GemmArgs& args) {
       std::memcpy(out.data.data() + 2 * i, &bits, 2);
     }
   }
-  GPUOPT_RETURN_IF_ERROR(write_file(args.output, serialize_npy(out)));
+  const std::vector<std::byte> bytes = serialize_npy(out);
+  GPUOPT_RETURN_IF_ERROR(write_file_atomically(
+      args.output.output,
+      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())));
+  if (args.output.json) {
+    const nlohmann::json summary = {{"schema_version", 1},
+                                    {"input", args.input},
+                                    {"layer", args.layer},
+                                    {"format", std::string(quant_format_name(config.format))},
+                                    {"m", m},
+                                    {"k", unpacked.k},
+                                    {"n", unpacked.n},
+                                    {"group_size", unpacked.group_size},
+                                    {"zero_points", unpacked.has_zeros},
+                                    {"act_order", !unpacked.perm.empty()},
+                                    {"dtype", std::string(activation_type_name(type))},
+                                    {"output", args.output.output},
+                                    {"engine", args.cpu ? "cpu" : "gpu"}};
+    std::printf("%s\n", summary.dump(2).c_str());
+    return ok_status();
+  }
   std::printf("%s: [%d, %d] @ %s '%s' (K=%d N=%d group %d%s%s) -> [%d, %d] %s in %s (%s)\n",
               args.input.c_str(), m, unpacked.k,
               std::string(quant_format_name(config.format)).c_str(), args.layer.c_str(), unpacked.k,
               unpacked.n, unpacked.group_size, unpacked.has_zeros ? ", zero-points" : ", symmetric",
               unpacked.perm.empty() ? "" : ", act-order", m, unpacked.n,
-              std::string(activation_type_name(type)).c_str(), args.output.c_str(),
+              std::string(activation_type_name(type)).c_str(), args.output.output.c_str(),
               args.cpu ? "CPU twin" : "GPU");
   return ok_status();
 }
@@ -172,8 +198,12 @@ GPUOPT_REGISTER_COMMAND("", 75, [](CLI::App& parent, int& exit_code) {
       ->required();
   command->add_option("--input", args->input, "x: [M, K] .npy (float16, bfloat16 or float32)")
       ->required();
-  command->add_option("--output", args->output, "y: [M, N] .npy, same dtype as the input")
+  command
+      ->add_option("-o,--output", args->output.output,
+                   "y: [M, N] .npy, same dtype as the input (checked before the work starts, "
+                   "replaced atomically)")
       ->required();
+  command->add_flag("--json", args->output.json, "Print the summary as JSON instead of text");
   command->add_option("--format", args->format, "gptq, gptq_v2 or awq (default: from the config)");
   command->add_option("--config", args->config,
                       "quantize_config.json (default: looked for beside the weights)");
@@ -181,11 +211,9 @@ GPUOPT_REGISTER_COMMAND("", 75, [](CLI::App& parent, int& exit_code) {
   command->callback([args, &exit_code] {
     const Status status = run_gemm(*args);
     if (!status.ok()) {
-      std::fprintf(stderr, "gpuopt gemm: %s\n", status.to_string().c_str());
-      exit_code =
-          status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kNotFound
-              ? kExitErrors
-              : kExitToolFailed;
+      print_error("gemm", status);
+      exit_code = status.code() == StatusCode::kPermissionDenied ? kExitErrors
+                                                                 : exit_code_for_error(status);
       return;
     }
     exit_code = kExitOk;

@@ -33,6 +33,22 @@ bool use_color(int fd) { return std::getenv("NO_COLOR") == nullptr && isatty(fd)
 
 namespace {
 
+// The end of `gpuopt --help`; README.md ("Conventions") carries the same table.
+constexpr const char* kExitCodeTable =
+    "Output: -o/--output FILE for a command's output (its text, or JSON with --json; '-' = "
+    "stdout), --out-dir DIR where it writes several files; every bench takes --only NAMES and "
+    "--list.\n"
+    "Exit codes:\n"
+    "  0  healthy: nothing wrong found (info and notes at most); --help, --list, --version\n"
+    "  1  warnings: something runs below what the hardware and its anchors allow\n"
+    "  2  errors found (failing: a fault, a broken link, wrong results), or a usage error (an "
+    "unknown command, flag or testcase, a value out of range, an output path that cannot be "
+    "written)\n"
+    "  3  gpuopt itself failed (a command left out of this build, a file it could not write, a "
+    "stage it could not start)\n"
+    "  gpuopt trace exits with the traced command's own status (128 + N after passing on signal "
+    "N), or 2 or 3 when gpuopt fails before or after it.";
+
 // What `gpuopt --version` prints: the version, the revision and how this binary was built.
 std::string version_text() {
   std::string text = std::string("gpuopt ") + build_info::kVersion + "\n";
@@ -80,10 +96,7 @@ int main(int argc, char** argv) {
   using namespace gpuopt::cli;
   disable_libraries_from_environment();
   CLI::App app{"gpuopt: find what slows a GPU machine, measure it, and fix it (read-only)"};
-  app.footer(
-      "Exit codes: 0 healthy (notes at most), 1 warnings, 2 failing (a fault or wrong results) "
-      "or a usage error (an unknown command or flag, a value out of range), 3 gpuopt itself "
-      "failed.");
+  app.footer(kExitCodeTable);
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text());
 

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <iterator>
 #include <memory>
 
 #include "command_registry.hpp"
@@ -10,6 +11,7 @@
 #include "gpuopt/pipeline/convnet.hpp"
 #include "gpuopt/pipeline/llm.hpp"
 #include "gpuopt/pipeline/pipeline.hpp"
+#include "output_options.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -22,14 +24,14 @@ struct PipelineCommandOptions {
   int workers = 4;
   std::vector<int> sweep;
   bool quick = false;
-  bool json = false;
+  OutputOptions output;  // -o/--output, --json
   std::string llm = "llama-3.2-1b-shaped";
   bool no_llm = false;
   int llm_batch = 16;
   int new_tokens = 16;
   std::size_t archive = 100'000;
   int overlay_every = 100;
-  std::string out;
+  std::string out_dir;
   bool no_graphs = false;
   bool no_busy = false;
   std::string trace;
@@ -117,12 +119,16 @@ int run(const PipelineCommandOptions& command) {
   if (modes.empty()) {
     fmt::print(stderr, "gpuopt pipeline: --mode must be baseline, optimized or both, not '{}'\n",
                command.mode);
-    return kExitToolFailed;
+    return kExitErrors;
   }
   if (Status valid = pipeline::check_pipeline_options(base); !valid.ok()) {
-    fmt::print(stderr, "gpuopt pipeline: {}\n", valid.message());
-    return kExitToolFailed;
+    print_error("pipeline", valid);
+    return kExitErrors;
   }
+  if (!output_usable("pipeline", command.output)) return kExitErrors;
+  const bool json = command.output.json;
+  std::string text;  // the main output, to stdout or --output
+  auto out = std::back_inserter(text);
   nlohmann::json output = {{"schema_version", 1}, {"scenario", scenario_json(base)}};
   if (auto devices = cuda_device_count(); !devices.ok()) {
     const std::string skipped = fmt::format(
@@ -131,12 +137,12 @@ int run(const PipelineCommandOptions& command) {
         "they run on the GPU and there is no CPU fallback",
         devices.status().message(), base.llm ? ", LLM, embedding, retrieval, writer" : "");
     output["skipped"] = skipped;
-    if (command.json) {
-      fmt::print("{}\n", output.dump(2));
+    if (json) {
+      fmt::format_to(out, "{}\n", output.dump(2));
     } else {
-      fmt::print("gpuopt pipeline: skipped: {}\n", skipped);
+      fmt::format_to(out, "gpuopt pipeline: skipped: {}\n", skipped);
     }
-    return kExitOk;
+    return write_output("pipeline", command.output, text) ? kExitOk : kExitToolFailed;
   }
   std::vector<int> camera_counts =
       command.sweep.empty() ? std::vector<int>{command.cameras} : command.sweep;
@@ -150,8 +156,8 @@ int run(const PipelineCommandOptions& command) {
       options.mode = mode;
       const bool several = camera_counts.size() * modes.size() > 1;
       options.trace_path = trace_path_for(command.trace, several, mode, cameras);
-      if (!command.out.empty()) {
-        options.output_dir = (std::filesystem::path(command.out) /
+      if (!command.out_dir.empty()) {
+        options.output_dir = (std::filesystem::path(command.out_dir) /
                               fmt::format("{}-{}cam", pipeline::mode_name(mode), cameras))
                                  .string();
       }
@@ -159,7 +165,7 @@ int run(const PipelineCommandOptions& command) {
                  pipeline::mode_name(mode));
       auto result = pipeline::run_pipeline(options);
       if (!result.ok()) {
-        fmt::print(stderr, "gpuopt pipeline: {}\n", result.status().to_string());
+        print_error("pipeline", result.status());
         return kExitToolFailed;
       }
       runs.push_back(pipeline::to_json(*result));
@@ -185,8 +191,8 @@ int run(const PipelineCommandOptions& command) {
   output["comparisons"] = comparisons;
   bool all_same = true;
   for (const auto& c : comparisons) all_same = all_same && c["same_results"].get<bool>();
-  if (command.json) {
-    fmt::print("{}\n", output.dump(2));
+  if (json) {
+    fmt::format_to(out, "{}\n", output.dump(2));
   } else {
     bench::Table table{{"mode", "cameras", "frames", "offered fps", "fps", "p50 ms", "p99 ms",
                         "busy % (CUPTI)", "GPU-Util %", "LLM req/batches", "checksum"},
@@ -209,7 +215,8 @@ int run(const PipelineCommandOptions& command) {
                        r["llm_batches"].get<std::uint64_t>()),
            r["checksum"]});
     }
-    fmt::print(
+    fmt::format_to(
+        out,
         "gpuopt pipeline (upload, preprocess, detector, segmenter, decode{}; seeded random "
         "weights with real layer shapes, no downloads)\n{}",
         base.llm ? fmt::format(", then for frames with detections {} instruction, embedding, "
@@ -222,26 +229,28 @@ int run(const PipelineCommandOptions& command) {
       for (const auto& stage : r["stages"])
         stages += fmt::format(" {} {:.2f}", stage["stage"].get<std::string>(),
                               stage["mean_ms"].get<double>());
-      fmt::print("  {} {} cameras: GPU ms per call:{}; memory {} MiB; graphs: {}{}{}\n",
-                 r["mode"].get<std::string>(), r["cameras"].get<int>(), stages,
-                 r["device_memory_used_mib"].is_null()
-                     ? std::string("?")
-                     : fmt::format("{:.0f}", r["device_memory_used_mib"].get<double>()),
-                 r["graphs_used"].get<bool>() ? "yes" : r["graphs_note"].get<std::string>(),
-                 r["trace_note"].get<std::string>().empty()
-                     ? ""
-                     : "; trace: " + r["trace_note"].get<std::string>(),
-                 r["trace_file"].get<std::string>().empty()
-                     ? ""
-                     : "; trace written to " + r["trace_file"].get<std::string>());
+      fmt::format_to(out, "  {} {} cameras: GPU ms per call:{}; memory {} MiB; graphs: {}{}{}\n",
+                     r["mode"].get<std::string>(), r["cameras"].get<int>(), stages,
+                     r["device_memory_used_mib"].is_null()
+                         ? std::string("?")
+                         : fmt::format("{:.0f}", r["device_memory_used_mib"].get<double>()),
+                     r["graphs_used"].get<bool>() ? "yes" : r["graphs_note"].get<std::string>(),
+                     r["trace_note"].get<std::string>().empty()
+                         ? ""
+                         : "; trace: " + r["trace_note"].get<std::string>(),
+                     r["trace_file"].get<std::string>().empty()
+                         ? ""
+                         : "; trace written to " + r["trace_file"].get<std::string>());
     }
     for (const auto& c : comparisons) {
-      fmt::print(
+      fmt::format_to(
+          out,
           "  {} cameras: optimized {:.2f}x throughput, p99 {:.2f}x of baseline, same results: {}\n",
           c["cameras"].get<int>(), c["throughput_speedup"].get<double>(),
           c["p99_latency_ratio"].get<double>(), c["same_results"].get<bool>() ? "yes" : "NO");
     }
   }
+  if (!write_output("pipeline", command.output, text)) return kExitToolFailed;
   return all_same ? kExitOk : kExitErrors;
 }
 
@@ -275,14 +284,15 @@ GPUOPT_REGISTER_COMMAND("", 90, [](CLI::App& parent, int& exit_code) {
       ->add_option("--overlay-every", options->overlay_every,
                    "An overlay JPEG for every Nth frame (0 = none)")
       ->capture_default_str();
-  command->add_option("--out", options->out,
-                      "Keep the writer's output (frames.jsonl + overlays) under DIR/<mode>-<N>cam");
+  add_out_dir_flag(*command, options->out_dir,
+                   "Keep the writer's output (frames.jsonl + overlays) under DIR/<mode>-<N>cam",
+                   {"--out"});
   command->add_flag("--no-graphs", options->no_graphs, "Optimized mode: no CUDA graphs");
   command->add_flag("--no-busy", options->no_busy, "No CUPTI tracer (no GPU busy time)");
   command->add_option("--trace", options->trace,
                       "Write the Perfetto trace (Chrome JSON) of each run to FILE");
   command->add_flag("--quick", options->quick, "2 seconds of frames (for audit)");
-  command->add_flag("--json", options->json, "JSON on stdout");
+  add_output_flags(*command, options->output);
   command->callback([options, &exit_code] { exit_code = run(*options); });
 });
 

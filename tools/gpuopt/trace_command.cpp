@@ -1,5 +1,5 @@
-// `gpuopt trace [--out FILE] [--summary-json FILE] -- CMD ARGS...`: traces a command through the
-// CUPTI injection library, writes a Chrome trace and prints busy time beside NVML GPU-Util.
+// `gpuopt trace [-o FILE] [--summary-json FILE] [--json] -- CMD ARGS...`: traces a command through
+// the CUPTI injection library, writes a Chrome trace and prints busy time beside NVML GPU-Util.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -17,6 +17,7 @@
 #include "gpuopt/trace/traced_run.hpp"
 #include "gpuopt/trace/tracer.hpp"
 #include "numeric_checks.hpp"
+#include "output_options.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -30,6 +31,7 @@ struct TraceArgs {
   std::string out = "gpuopt-trace.json";
   std::string summary_json;
   std::string records_json;
+  bool json = false;  // the summary as JSON on stdout instead of text
   double nvml_period_s = 0.1;
   bool driver_api = false;
   std::vector<std::string> command;
@@ -53,7 +55,7 @@ int run_trace(const TraceArgs& args) {
   }
   auto executable = current_executable();
   if (!executable.ok()) {
-    std::fprintf(stderr, "gpuopt trace: %s\n", executable.status().to_string().c_str());
+    print_error("trace", executable.status());
     return kExitToolFailed;
   }
   std::string override_path = args.inject_library;
@@ -69,7 +71,7 @@ int run_trace(const TraceArgs& args) {
         override_path.empty()
             ? fmt::format("; pass --inject-library PATH or set {}", kInjectLibraryEnv)
             : fmt::format(" (from {})", override_source);
-    std::fprintf(stderr, "gpuopt trace: %s%s\n", library.status().to_string().c_str(),
+    std::fprintf(stderr, "gpuopt trace: %s%s\n", plain_message(library.status()).c_str(),
                  hint.c_str());
     return kExitToolFailed;
   }
@@ -80,7 +82,7 @@ int run_trace(const TraceArgs& args) {
   options.driver_api = args.driver_api;
   auto run = trace::run_traced(options);
   if (!run.ok()) {
-    std::fprintf(stderr, "gpuopt trace: %s\n", run.status().to_string().c_str());
+    print_error("trace", run.status());
     return run.status().code() == StatusCode::kNotFound ? kExitErrors : kExitToolFailed;
   }
   for (const std::string& warning : run->warnings) {
@@ -109,7 +111,7 @@ int run_trace(const TraceArgs& args) {
 
   int tool_status = kExitOk;
   if (Status written = trace::write_chrome_trace(data, args.out); !written.ok()) {
-    std::fprintf(stderr, "gpuopt trace: %s\n", written.to_string().c_str());
+    print_error("trace", written);
     tool_status = kExitToolFailed;
   }
   if (!args.summary_json.empty()) {
@@ -122,12 +124,16 @@ int run_trace(const TraceArgs& args) {
   }
   if (!args.records_json.empty()) {
     if (Status written = trace::write_record_file(data, args.records_json); !written.ok()) {
-      std::fprintf(stderr, "gpuopt trace: %s\n", written.to_string().c_str());
+      print_error("trace", written);
       tool_status = kExitToolFailed;
     }
   }
-  std::fputs(trace::render_text(summary).c_str(), stdout);
-  if (tool_status == kExitOk) {
+  if (args.json) {
+    std::printf("%s\n", trace::to_json(summary).dump(2).c_str());
+  } else {
+    std::fputs(trace::render_text(summary).c_str(), stdout);
+  }
+  if (tool_status == kExitOk && !args.json) {
     std::printf("Chrome trace: %s (open in https://ui.perfetto.dev)\n", args.out.c_str());
   }
   return tool_status != kExitOk ? tool_status : status;
@@ -139,8 +145,13 @@ GPUOPT_REGISTER_COMMAND("", 40, [](CLI::App& parent, int& exit_code) {
       "trace",
       "Trace a CUDA program (PyTorch included) with CUPTI: Chrome trace + busy time vs NVML. "
       "Exit status: the command's own, or 3 when gpuopt itself fails");
-  command->add_option("--out", args->out, "Chrome trace JSON to write (open it in Perfetto)")
+  command
+      ->add_option("-o,--output", args->out,
+                   "Chrome trace JSON to write (open it in Perfetto); checked before the command "
+                   "starts")
       ->capture_default_str();
+  add_hidden_alias(*command, "--out", args->out);
+  command->add_flag("--json", args->json, "Print the summary as JSON instead of text");
   command->add_option("--summary-json", args->summary_json, "Also write the summary as JSON");
   command->add_option("--records-json", args->records_json,
                       "Also write the raw activity records (gpuopt's record file)");

@@ -40,8 +40,10 @@ std::optional<std::string> usage_hint(CLI::App& app, int argc, char** argv) {
         if (option->get_type_size_max() > 0 && word.find('=') == std::string::npos) ++i;
         continue;
       }
+      // Old spellings kept as hidden aliases are accepted but never suggested.
       std::vector<std::string> names;
       for (const CLI::Option* option : current->get_options()) {
+        if (option->get_group().empty()) continue;
         for (const auto& long_name : option->get_lnames()) names.push_back("--" + long_name);
       }
       return fmt::format("{}: unknown option '{}'{}", path_of(path), name,

@@ -67,7 +67,7 @@ int fail(const VectorArgs& args, const Status& status) {
         {"error", {{"code", status_code_name(status.code())}, {"message", status.message()}}}};
     std::printf("%s\n", error.dump(2).c_str());
   }
-  std::fprintf(stderr, "gpuopt vector: %s\n", status.to_string().c_str());
+  std::fprintf(stderr, "gpuopt vector: %s\n", status.message().c_str());
   return kExitErrors;
 }
 

@@ -96,5 +96,7 @@ Suite make_suite(const BenchOptions& options);
 
 // The keys of make_suite's testcases, for --help and validation of --testcase.
 std::vector<std::string> testcase_keys();
+// make_suite's testcases without detecting anything (no CUDA initialisation), for --list.
+Suite make_catalogue();
 
 }  // namespace gpuopt::bench::pcie

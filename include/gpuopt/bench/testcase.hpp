@@ -35,7 +35,7 @@ struct BenchOptions {
   int warmup = 0;                  // 0 = the family's default
   int device = 0;                  // CUDA device ordinal
   std::vector<std::string> only;   // testcase keys to run; empty = all
-  bool progress = false;           // draw a progress bar on stderr
+  bool progress = false;           // draw a progress line on stderr (core/progress.hpp)
   bool use_green_contexts = true;  // false: SM partitions fall back to priority streams
 };
 
@@ -84,9 +84,10 @@ struct TestcaseResult {
   std::string key;
   std::string description;
   Outcome outcome = Outcome::kPassed;
-  std::string reason;   // why waived or failed
-  Table table;          // for the text report
-  nlohmann::json data;  // figures, with units in the key names (bandwidth_gbps, latency_us)
+  std::string reason;       // why waived or failed, in plain words
+  std::string reason_code;  // the status code behind `reason` ("UNAVAILABLE"); empty = none
+  Table table;              // for the text report
+  nlohmann::json data;      // figures, with units in the key names (bandwidth_gbps, latency_us)
   std::vector<std::string> notes;  // verdicts and explanations, one line each
   std::vector<Check> checks;       // judged figures; none = nothing judged beyond the outcome
 };
@@ -146,7 +147,7 @@ class Suite {
 };
 
 // {"schema_version": 1, "suite": ..., "verdict": ..., "testcases": [...]}; each testcase carries
-// its "verdict" and "checks".
+// its "verdict" and "checks", and a waived or failed one its "reason" and "reason_code".
 nlohmann::json to_json(const std::string& suite, const std::vector<TestcaseResult>& results);
 // Text for people: one block per testcase with its table and notes.
 std::string render_text(const std::string& suite, const std::vector<TestcaseResult>& results);
