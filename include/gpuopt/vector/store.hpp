@@ -5,7 +5,17 @@
 // SQLite transaction naming it has committed with synchronous=FULL, so it survives kill -9 (and
 // power loss as far as SQLite and the filesystem promise). Segment headers and sizes are checked
 // at open; data checksums (CRC32C) are checked on first use or by verify(). A mismatch is reported
-// as DATA_LOSS naming the file, never read as data. One writer at a time per store.
+// as DATA_LOSS naming the file, never read as data.
+//
+// Concurrency: one writer and any number of readers, in this process or others. The first write
+// through a Store takes the store's writer lock (flock on `writer.lock`, held until the Store is
+// destroyed); a write while another process holds it waits up to OpenOptions::writer_wait_ms and
+// then fails with UNAVAILABLE naming that process. Readers take no lock: before each read
+// (query, get, size, stats, rows, verify) a collection asks SQLite whether another connection
+// committed (PRAGMA data_version) and, if so, maps the new segments and reloads the tombstones
+// from one read transaction. A segment becomes visible only once the transaction naming it has
+// committed, after its file was fsync'd, so a reader never sees a torn segment or a row the writer
+// has not acknowledged. A Store and its collections are not thread-safe: one thread at a time.
 #pragma once
 
 #include <cstddef>
@@ -111,7 +121,8 @@ class Collection {
   // (Re)trains the IVF index now; returns the training time in seconds.
   StatusOr<double> build_ivf(const IvfParams& params, int threads = 0);
 
-  // Checks every segment's CRC32C now.
+  // Checks every segment's CRC32C now, and that the catalogue's ids and tombstones agree with the
+  // segments (every id names an existing, live row; the live count matches).
   Status verify();
   CollectionStats stats() const;
   // Rows segment by segment, with the deleted ones still in; `live_mask` gets bit i set when row i
@@ -123,6 +134,7 @@ class Collection {
   friend class Store;
   struct State;
   explicit Collection(std::unique_ptr<State> state);
+  static StatusOr<Record> get_in_transaction(State& s, std::uint64_t id);
   Status write_batch(std::span<const std::uint64_t> ids, const float* vectors,
                      std::span<const Metadata> metadata, bool replace);
   StatusOr<SearchResults> query_cpu(const float* queries, std::size_t query_count,
@@ -141,6 +153,13 @@ struct OpenOptions {
   bool create = false;  // create the directory and catalogue when missing
   // Check each segment's data checksum the first time a query scans it.
   bool verify_on_first_use = true;
+  // Open for reading only: nothing in the directory is created or changed, no lock is taken, and
+  // every write fails with FAILED_PRECONDITION. A store whose directory or catalogue this process
+  // cannot write (another user's store, a read-only mount) is opened this way without asking;
+  // Store::read_only() says so and writes name the reason.
+  bool read_only = false;
+  // How long a write waits for the writer lock while another process holds it; 0 fails at once.
+  int writer_wait_ms = 0;
 };
 
 class Store {
@@ -157,6 +176,11 @@ class Store {
   StatusOr<Collection*> collection(const std::string& name);
   std::vector<std::string> collection_names() const;
   const std::filesystem::path& directory() const;
+  // Takes the writer lock now (a write takes it on first use): for a process that means to be the
+  // store's writer, such as `gpuopt vector serve`. UNAVAILABLE naming the holder's pid when another
+  // process holds it past writer_wait_ms; FAILED_PRECONDITION when the store is read-only.
+  Status lock_for_writing();
+  bool read_only() const;
 
  private:
   struct State;
