@@ -153,8 +153,9 @@ struct OpenOptions {
   bool create = false;  // create the directory and catalogue when missing
   // Check each segment's data checksum the first time a query scans it.
   bool verify_on_first_use = true;
-  // Open for reading only: nothing in the directory is created or changed, no lock is taken, and
-  // every write fails with FAILED_PRECONDITION. A store whose directory or catalogue this process
+  // Open for reading only: no lock is taken, no store file is written (SQLite may add its -wal and
+  // -shm files where it can, as any SQLite reader does), and every write fails with
+  // FAILED_PRECONDITION. A store whose directory or catalogue this process
   // cannot write (another user's store, a read-only mount) is opened this way without asking;
   // Store::read_only() says so and writes name the reason.
   bool read_only = false;
