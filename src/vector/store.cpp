@@ -208,6 +208,7 @@ struct Collection::State {
   Catalogue* catalogue = nullptr;  // owned by the Store
   fs::path segment_directory;
   bool verify_on_first_use = true;
+  std::size_t compact_above_segments = 0;  // OpenOptions::compact_above_segments
   std::string name;
   CollectionConfig config;
   std::uint64_t next_sequence = 0;
@@ -283,17 +284,27 @@ struct Collection::State {
   // Brings this view up to what the catalogue has committed, cheaply when nothing changed: one
   // PRAGMA data_version. Called at the top of every read and inside every write transaction.
   Status refresh(bool in_transaction = false) {
-    GPUOPT_ASSIGN_OR_RETURN(std::int64_t version, catalogue->data_version());
-    if (version == seen_version) return ok_status();
-    // One read transaction, so segments and tombstones come from the same commit.
-    if (!in_transaction) GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN"));
-    Status synced = sync();
-    if (!in_transaction) {
-      Status ended = exec(db, synced.ok() ? "COMMIT" : "ROLLBACK");
-      if (synced.ok()) synced = ended;
+    for (int attempt = 0;; ++attempt) {
+      GPUOPT_ASSIGN_OR_RETURN(std::int64_t version, catalogue->data_version());
+      if (version == seen_version) return ok_status();
+      // One read transaction, so segments and tombstones come from the same commit.
+      if (!in_transaction) GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN"));
+      Status synced = sync();
+      if (!in_transaction) {
+        Status ended = exec(db, synced.ok() ? "COMMIT" : "ROLLBACK");
+        if (synced.ok()) synced = ended;
+      }
+      if (synced.ok()) {
+        seen_version = version;
+        return synced;
+      }
+      // A compaction may have committed and removed a segment this read's snapshot still named:
+      // if the catalogue has moved on since, read it again from the start.
+      if (in_transaction || attempt >= 3) return synced;
+      auto now = catalogue->data_version();
+      if (!now.ok() || *now == version) return synced;
+      clear_rows();
     }
-    if (synced.ok()) seen_version = version;
-    return synced;
   }
 
   // Reads the catalogue's rows for this collection and applies what is new: segments past the
@@ -553,7 +564,182 @@ Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* 
     s.seen_version = -1;
     s.clear_rows();
   }
+  if (s.compact_above_segments > 0 && s.segments.size() > s.compact_above_segments) {
+    // Best effort: the batch is acknowledged whatever this does; a failed compaction leaves the
+    // old segments, and the next write tries again.
+    auto compacted = compact();
+    (void)compacted;
+  }
   return ok_status();
+}
+
+StatusOr<CompactReport> Collection::compact(const CompactOptions& options) {
+  State& s = *state_;
+  sqlite3* db = s.db;
+  const std::size_t dim = s.config.dim;
+  const std::size_t target =
+      options.target_rows > 0
+          ? options.target_rows
+          : std::max<std::size_t>(4096, (std::size_t{64} << 20) / (dim * sizeof(float)));
+  GPUOPT_RETURN_IF_ERROR(s.catalogue->lock_for_writing());
+  GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
+  std::vector<fs::path> written;
+  auto fail = [&](Status status) {
+    Status rollback = exec(db, "ROLLBACK");
+    (void)rollback;
+    for (const auto& path : written) {
+      std::error_code ignored;
+      fs::remove(path, ignored);
+    }
+    return status;
+  };
+  if (Status refreshed = s.refresh(/*in_transaction=*/true); !refreshed.ok()) {
+    return fail(refreshed);
+  }
+  CompactReport report;
+  report.segments_before = s.segments.size();
+  // Live rows per segment.
+  std::vector<std::size_t> live(s.segments.size());
+  for (std::size_t i = 0; i < s.segments.size(); ++i) {
+    const std::uint64_t first = s.segment_first_position[i];
+    for (std::size_t r = 0; r < s.segments[i]->info().rows; ++r) live[i] += !s.is_dead(first + r);
+  }
+  // Runs of consecutive segments to rewrite as one: small ones together up to `target` live rows,
+  // and any with deleted rows.
+  std::vector<std::vector<std::size_t>> runs;
+  std::vector<std::size_t> run;
+  std::size_t run_rows = 0;
+  auto close_run = [&] {
+    const bool has_dead = std::any_of(run.begin(), run.end(), [&](std::size_t i) {
+      return live[i] != s.segments[i]->info().rows;
+    });
+    if (run.size() > 1 || (run.size() == 1 && has_dead)) runs.push_back(run);
+    run.clear();
+    run_rows = 0;
+  };
+  for (std::size_t i = 0; i < s.segments.size(); ++i) {
+    const bool small = s.segments[i]->info().rows < target;
+    const bool has_dead = live[i] != s.segments[i]->info().rows;
+    if (!small && !has_dead) {
+      close_run();
+      continue;
+    }
+    if (run_rows + live[i] > target && !run.empty()) close_run();
+    run.push_back(i);
+    run_rows += live[i];
+  }
+  close_run();
+  if (runs.empty()) {
+    GPUOPT_RETURN_IF_ERROR(exec(db, "COMMIT"));
+    report.segments_after = s.segments.size();
+    return report;
+  }
+
+  Statement insert_segment(
+      db, "INSERT INTO segments(collection, sequence, file, rows, bytes, crc) VALUES(?,?,?,?,?,?)");
+  Statement move_item(db, "UPDATE items SET segment = ?, row = ? WHERE collection = ? AND id = ?");
+  Statement drop_dead(db, "DELETE FROM dead WHERE collection = ? AND segment = ?");
+  Statement drop_segment(db, "DELETE FROM segments WHERE collection = ? AND sequence = ?");
+  Statement bump(db, "UPDATE collections SET next_segment = ? WHERE name = ?");
+  if (!insert_segment.ok() || !move_item.ok() || !drop_dead.ok() || !drop_segment.ok() ||
+      !bump.ok()) {
+    return fail(sqlite_error(db, "prepare"));
+  }
+  std::uint64_t seq = s.next_sequence;
+  std::vector<fs::path> replaced;
+  std::vector<std::uint64_t> ids;
+  std::vector<float> vectors;
+  for (const auto& members : runs) {
+    ids.clear();
+    vectors.clear();
+    for (std::size_t i : members) {
+      const auto& segment = *s.segments[i];
+      // The rows are copied into the new segment: check them first, so damage is not sealed
+      // under a fresh checksum.
+      if (Status verified = s.segments[i]->verify(); !verified.ok()) return fail(verified);
+      const std::uint64_t first = s.segment_first_position[i];
+      for (std::size_t r = 0; r < segment.info().rows; ++r) {
+        if (s.is_dead(first + r)) {
+          ++report.rows_dropped;
+          continue;
+        }
+        ids.push_back(segment.ids()[r]);
+        vectors.insert(vectors.end(), segment.vectors() + r * dim,
+                       segment.vectors() + (r + 1) * dim);
+      }
+      replaced.push_back(s.segment_directory / segment.info().file);
+    }
+    if (!ids.empty()) {
+      const std::string file = segment_file_name(s.name, seq);
+      fs::path path = s.segment_directory / file;
+      written.push_back(path);
+      auto info = detail::write_segment(path, seq, dim, vectors.data(), ids.data(), ids.size());
+      if (!info.ok()) return fail(info.status());
+      insert_segment.reset();
+      insert_segment.bind(1, s.name)
+          .bind(2, static_cast<std::int64_t>(seq))
+          .bind(3, file)
+          .bind(4, static_cast<std::int64_t>(ids.size()))
+          .bind(5, static_cast<std::int64_t>(info->bytes))
+          .bind(6, static_cast<std::int64_t>(info->data_crc));
+      if (insert_segment.step() != SQLITE_DONE) return fail(sqlite_error(db, "insert segment"));
+      for (std::size_t r = 0; r < ids.size(); ++r) {
+        move_item.reset();
+        move_item.bind(1, static_cast<std::int64_t>(seq))
+            .bind(2, static_cast<std::int64_t>(r))
+            .bind(3, s.name)
+            .bind(4, as_sql(ids[r]));
+        if (move_item.step() != SQLITE_DONE) return fail(sqlite_error(db, "move item"));
+      }
+      ++seq;
+    }
+    for (std::size_t i : members) {
+      const auto old_sequence = static_cast<std::int64_t>(s.segments[i]->info().sequence);
+      drop_dead.reset();
+      drop_dead.bind(1, s.name).bind(2, old_sequence);
+      drop_segment.reset();
+      drop_segment.bind(1, s.name).bind(2, old_sequence);
+      if (drop_dead.step() != SQLITE_DONE || drop_segment.step() != SQLITE_DONE) {
+        return fail(sqlite_error(db, "drop segment"));
+      }
+    }
+  }
+  bump.bind(1, static_cast<std::int64_t>(seq)).bind(2, s.name);
+  if (bump.step() != SQLITE_DONE) return fail(sqlite_error(db, "update sequence"));
+  if (sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return fail(sqlite_error(db, "commit"));
+  }
+  // Committed. The old files go only now; a reader that still maps one keeps its pages until it
+  // moves on, and one whose snapshot still names one reads the catalogue again (refresh()).
+  for (const auto& path : replaced) {
+    std::error_code ignored;
+    fs::remove(path, ignored);
+  }
+  // This connection's own commit leaves data_version alone: read the new layout explicitly.
+  s.seen_version = -1;
+  s.clear_rows();
+  GPUOPT_RETURN_IF_ERROR(s.refresh());
+  // And files of this collection's earlier sequences that no catalogue row names: left by a
+  // compaction killed between its commit and the removals above.
+  const std::string prefix = s.name + "-";
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(s.segment_directory, error)) {
+    const std::string file = entry.path().filename().string();
+    if (!file.starts_with(prefix) || !file.ends_with(".seg")) continue;
+    const std::string digits = file.substr(prefix.size(), file.size() - prefix.size() - 4);
+    if (digits.size() < 8 || digits.size() > 18 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    const std::uint64_t sequence = std::stoull(digits);
+    if (sequence < seq && segment_file_name(s.name, sequence) == file &&
+        !s.segment_index(sequence)) {
+      std::error_code ignored;
+      fs::remove(entry.path(), ignored);
+    }
+  }
+  report.segments_after = s.segments.size();
+  return report;
 }
 
 StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids) {
@@ -967,6 +1153,7 @@ struct Store::State {
     state->catalogue = &catalogue;
     state->segment_directory = directory / kSegmentDirectory;
     state->verify_on_first_use = options.verify_on_first_use;
+    state->compact_above_segments = options.compact_above_segments;
     state->name = name;
     state->config = {static_cast<std::size_t>(dim), *metric};
     GPUOPT_RETURN_IF_ERROR(state->sync());

@@ -69,6 +69,20 @@ struct RowSpan {
   std::size_t rows = 0;
 };
 
+// Collection::compact: which segments are rewritten.
+struct CompactOptions {
+  // Runs of consecutive segments smaller than this are merged into segments of up to this many
+  // live rows, and segments with deleted rows are rewritten without them. 0: 64 MiB of vectors
+  // (at least 4096 rows).
+  std::size_t target_rows = 0;
+};
+
+struct CompactReport {
+  std::size_t segments_before = 0;
+  std::size_t segments_after = 0;
+  std::size_t rows_dropped = 0;  // deleted rows no longer kept
+};
+
 class Store;
 struct DLTensor;  // gpu_search.hpp
 
@@ -118,6 +132,13 @@ class Collection {
                                 const QueryOptions& options, QueryReport* report = nullptr);
   // Frees the GPU engine's copy of the rows (the next GPU query makes it again).
   void release_gpu();
+  // Merges small segments and drops deleted rows, as crash-safe as a write: the new segments are
+  // written and fsync'd, one transaction swaps them into the catalogue (ids follow their rows),
+  // and only then are the old files removed; a crash leaves either the old or the new layout,
+  // and at most unreferenced files. Readers in other processes move to the new layout at their
+  // next read. Live rows, ids and metadata are unchanged; row order (and with it any position)
+  // is not. Takes the writer lock.
+  StatusOr<CompactReport> compact(const CompactOptions& options = {});
   // (Re)trains the IVF index now; returns the training time in seconds.
   StatusOr<double> build_ivf(const IvfParams& params, int threads = 0);
 
@@ -161,6 +182,10 @@ struct OpenOptions {
   bool read_only = false;
   // How long a write waits for the writer lock while another process holds it; 0 fails at once.
   int writer_wait_ms = 0;
+  // After a write leaves a collection with more segments than this, it is compacted
+  // (Collection::compact with default options); 0 never. Each segment costs a file and a memory
+  // map, and the kernel's map count (about 65k) bounds how many a process can open.
+  std::size_t compact_above_segments = 1024;
 };
 
 class Store {

@@ -1,7 +1,8 @@
-// One writer and four reader processes on one store, the writer killed with SIGKILL at random
-// points and started again: nothing acknowledged is lost, readers never fail, never see the row
-// count go down and never read a vector other than the one written for its id, and the store
-// verifies afterwards. Each vector is derived from its id, so any process can check any row.
+// One writer and four reader processes on one store, the writer (which also compacts the
+// segments now and then) killed with SIGKILL at random points and started again: nothing
+// acknowledged is lost, readers never fail, never see the row count go down and never read a vector
+// other than the one written for its id, and the store verifies afterwards. Each vector is derived
+// from its id, so any process can check any row.
 //
 // The run lasts GPUOPT_TEST_MULTIPROCESS_SECONDS (default 10); CTest also runs a 30 s variant
 // labelled `long`.
@@ -77,6 +78,15 @@ int run_seconds() {
   if (log < 0) child_exit(1);
   std::mt19937_64 rng(seed);
   for (int batch = 0;; ++batch) {
+    if (batch % 6 == 5) {
+      // Merges segments under the readers' feet (and may be killed half-way).
+      auto compacted = (*collection)->compact({.target_rows = 64 + rng() % 256});
+      if (!compacted.ok()) {
+        std::fprintf(stderr, "writer: compact: %s\n", compacted.status().to_string().c_str());
+        child_exit(1);
+      }
+      continue;
+    }
     auto next = (*collection)->next_free_id();
     if (!next.ok()) {
       std::fprintf(stderr, "writer: %s\n", next.status().to_string().c_str());
