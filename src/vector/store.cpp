@@ -135,6 +135,7 @@ struct Catalogue {
   std::string read_only_reason;  // why, for the message a refused write gives
   int writer_wait_ms = 0;
   int lock_fd = -1;  // the writer lock's descriptor while this store holds it
+  sqlite3_stmt* version_statement = nullptr;
 
   ~Catalogue() {
     if (lock_fd >= 0) ::close(lock_fd);  // releases the flock
@@ -142,10 +143,23 @@ struct Catalogue {
 
   // How often another connection committed, as SQLite counts it (PRAGMA data_version): unchanged
   // means nothing this connection has not seen.
-  StatusOr<std::int64_t> data_version() const {
-    Statement version(db, "PRAGMA data_version");
-    if (!version.ok() || version.step() != SQLITE_ROW) return sqlite_error(db, "data_version");
-    return version.integer(0);
+  // The statement is prepared once: this runs before every read.
+  StatusOr<std::int64_t> data_version() {
+    if (version_statement == nullptr &&
+        sqlite3_prepare_v2(db, "PRAGMA data_version", -1, &version_statement, nullptr) !=
+            SQLITE_OK) {
+      return sqlite_error(db, "data_version");
+    }
+    const int rc = sqlite3_step(version_statement);
+    const std::int64_t version = sqlite3_column_int64(version_statement, 0);
+    sqlite3_reset(version_statement);
+    if (rc != SQLITE_ROW) return sqlite_error(db, "data_version");
+    return version;
+  }
+  // Before the connection closes.
+  void finalize() {
+    sqlite3_finalize(version_statement);
+    version_statement = nullptr;
   }
 
   Status lock_for_writing() {
@@ -840,8 +854,13 @@ StatusOr<std::uint64_t> Collection::next_free_id() const {
 
 StatusOr<std::vector<RowSpan>> Collection::rows(const std::string& where_json,
                                                 std::vector<std::uint64_t>* live_mask) {
+  GPUOPT_RETURN_IF_ERROR(state_->refresh());
+  return current_rows(where_json, live_mask);
+}
+
+StatusOr<std::vector<RowSpan>> Collection::current_rows(const std::string& where_json,
+                                                        std::vector<std::uint64_t>* live_mask) {
   State& s = *state_;
-  GPUOPT_RETURN_IF_ERROR(s.refresh());
   std::vector<RowSpan> spans;
   for (auto& segment : s.segments) {
     if (s.verify_on_first_use) GPUOPT_RETURN_IF_ERROR(segment->verify());
@@ -938,7 +957,8 @@ StatusOr<SearchResults> Collection::query(const float* queries, std::size_t quer
   // Deletes and filters become one bitset over positions, shared by both engines.
   const bool everything_live = s.dead_count == 0 && options.where_json.empty();
   std::vector<std::uint64_t> mask;
-  GPUOPT_ASSIGN_OR_RETURN(auto spans, rows(options.where_json, everything_live ? nullptr : &mask));
+  GPUOPT_ASSIGN_OR_RETURN(auto spans,
+                          current_rows(options.where_json, everything_live ? nullptr : &mask));
   const std::vector<std::uint64_t>* allow = everything_live ? nullptr : &mask;
   if (options.engine != QueryEngine::kCpu) {
     std::string reason = gpu_unsupported_reason(options);
@@ -1128,6 +1148,7 @@ struct Store::State {
   std::int64_t seen_version = -1;  // data_version when the collection list was last read
   ~State() {
     collections.clear();
+    catalogue.finalize();
     if (catalogue.db != nullptr) sqlite3_close(catalogue.db);
   }
 

@@ -156,6 +156,9 @@ class Collection {
   struct State;
   explicit Collection(std::unique_ptr<State> state);
   static StatusOr<Record> get_in_transaction(State& s, std::uint64_t id);
+  // rows() without the refresh, for a caller that has just refreshed.
+  StatusOr<std::vector<RowSpan>> current_rows(const std::string& where_json,
+                                              std::vector<std::uint64_t>* live_mask);
   Status write_batch(std::span<const std::uint64_t> ids, const float* vectors,
                      std::span<const Metadata> metadata, bool replace);
   StatusOr<SearchResults> query_cpu(const float* queries, std::size_t query_count,
