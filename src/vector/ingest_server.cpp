@@ -1,5 +1,6 @@
-// The ingest server: accepts Unix-socket connections, decodes binary requests, maps the client's
-// shared memory (or opens its CUDA IPC handle) and commits the rows, replying only after commit.
+// The vector server: accepts Unix-socket connections, decodes binary requests, maps the client's
+// shared memory (or opens its CUDA IPC handle) and commits the rows, replying only after commit,
+// and answers queries from its one view of each collection.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>

@@ -105,6 +105,17 @@ TEST(VectorStoreSharing, ReaderSeesAnotherWritersAddsUpsertsAndDeletes) {
   ASSERT_TRUE((*writer_store)->create_collection("d", {2, Metric::kCosine}).ok());
   EXPECT_TRUE((*reader_store)->collection("d").ok());
   EXPECT_TRUE((*reader)->verify().ok());
+
+  // Once the writer is gone, the reader's store can write, after everything the writer did (it
+  // used to fail every batch with "reopen the store").
+  writer_store->reset();
+  auto last = random_vectors(1, kDim, 4);
+  std::vector<std::uint64_t> twenty = {20};
+  ASSERT_TRUE((*reader)->add(twenty, last.data()).ok());
+  std::vector<std::uint64_t> twelve = {12};
+  EXPECT_EQ((*reader)->add(twelve, last.data()).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ((*reader)->size(), 15u);
+  EXPECT_TRUE((*reader)->verify().ok());
 }
 
 TEST(VectorStoreSharing, SecondWriterIsRefusedNamingTheHolder) {
