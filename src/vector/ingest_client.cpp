@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -101,20 +102,74 @@ StatusOr<IngestReply> IngestClient::send_raw(std::span<const std::uint8_t> bytes
   GPUOPT_RETURN_IF_ERROR(add_length_prefix ? detail::send_frame(fd_, bytes)
                                            : detail::send_all(fd_, bytes));
   std::vector<std::uint8_t> body;
-  GPUOPT_RETURN_IF_ERROR(detail::receive_frame(fd_, 1 << 20, &body).with_context("reply"));
+  GPUOPT_RETURN_IF_ERROR(detail::receive_frame(fd_, kIngestMaxBody, &body).with_context("reply"));
   return parse_reply(body);
 }
 
-StatusOr<std::uint64_t> IngestClient::round_trip(const IngestRequest& request) {
+StatusOr<IngestReply> IngestClient::exchange(const IngestRequest& request) {
   GPUOPT_ASSIGN_OR_RETURN(IngestReply reply, send_raw(encode_request(request), true));
+  if (reply.code != StatusCode::kOk) {
+    // A request the server could not parse is answered with request id 0.
+    return Status(reply.code, fmt::format("vector server: {}", reply.message));
+  }
   if (reply.request_id != request.request_id) {
     return internal_error(fmt::format("reply to request {} while waiting for {}", reply.request_id,
                                       request.request_id));
   }
-  if (reply.code != StatusCode::kOk) {
-    return Status(reply.code, fmt::format("ingest server: {}", reply.message));
-  }
+  return reply;
+}
+
+StatusOr<std::uint64_t> IngestClient::round_trip(const IngestRequest& request) {
+  GPUOPT_ASSIGN_OR_RETURN(IngestReply reply, exchange(request));
   return reply.total;
+}
+
+StatusOr<SearchResults> IngestClient::query(const std::string& collection, const float* queries,
+                                            std::size_t query_count, std::size_t dim,
+                                            const QueryOptions& options, QueryReport* report) {
+  if (query_count == 0) return SearchResults{};
+  if (queries == nullptr) return invalid_argument("query: queries is null");
+  if (dim == 0 || dim > 65536)
+    return invalid_argument(fmt::format("query: dim {} (1..65536)", dim));
+  if (options.k == 0 || options.k > kIngestMaxK) {
+    return invalid_argument(fmt::format("query: k {} (1..{})", options.k, kIngestMaxK));
+  }
+  if (options.nprobe == 0 || options.nprobe > std::numeric_limits<std::uint32_t>::max()) {
+    return invalid_argument(fmt::format("query: nprobe {}", options.nprobe));
+  }
+  if (options.where_json.size() > kIngestMaxWhere) {
+    return invalid_argument(fmt::format("query: where filter of {} bytes (at most {})",
+                                        options.where_json.size(), kIngestMaxWhere));
+  }
+  // Each message's queries and its reply must fit in a frame: send in chunks that do.
+  const std::size_t per_frame = std::max<std::size_t>(
+      1, std::min((kIngestMaxBody - 65536 - kIngestMaxWhere) / (dim * sizeof(float)),
+                  max_queries_per_reply(options.k)));
+  SearchResults results;
+  results.reserve(query_count);
+  for (std::size_t begin = 0; begin < query_count; begin += per_frame) {
+    const std::size_t rows = std::min(per_frame, query_count - begin);
+    IngestRequest request;
+    request.op = IngestOp::kQuery;
+    request.collection = collection;
+    request.dim = static_cast<std::uint32_t>(dim);
+    request.rows = rows;
+    request.request_id = next_request_id_++;
+    request.k = static_cast<std::uint32_t>(options.k);
+    request.engine = options.engine;
+    request.index = options.index;
+    request.nprobe = static_cast<std::uint32_t>(options.nprobe);
+    request.where_json = options.where_json;
+    request.queries.assign(queries + begin * dim, queries + (begin + rows) * dim);
+    GPUOPT_ASSIGN_OR_RETURN(IngestReply reply, exchange(request));
+    if (!reply.has_results || reply.results.size() != rows) {
+      return internal_error(
+          fmt::format("vector server: {} results for {} queries", reply.results.size(), rows));
+    }
+    if (report != nullptr) report->engine = reply.engine;
+    for (auto& hits : reply.results) results.push_back(std::move(hits));
+  }
+  return results;
 }
 
 StatusOr<std::uint64_t> IngestClient::add(const std::string& collection,

@@ -67,7 +67,72 @@ class Reader {
   std::size_t offset_ = 0;
 };
 
+std::uint16_t engine_code(QueryEngine engine) {
+  switch (engine) {
+    case QueryEngine::kCpu:
+      return 0;
+    case QueryEngine::kGpu:
+      return 1;
+    case QueryEngine::kAuto:
+      return 2;
+  }
+  return 0;
+}
+
+// The query message's tail, after the collection name: settings, filter and query vectors.
+Status parse_query(Reader& r, IngestRequest& request) {
+  if (request.payload != IngestPayload::kNone) {
+    return invalid_argument("query carries its vectors inline: payload must be none");
+  }
+  if (request.dim == 0 || request.dim > kMaxDim) {
+    return invalid_argument(fmt::format("dim {} (1..{})", request.dim, kMaxDim));
+  }
+  if (request.rows == 0) return invalid_argument("query: rows (the number of queries) is 0");
+  std::uint16_t engine = 0, index = 0;
+  std::uint32_t where_length = 0;
+  GPUOPT_RETURN_IF_ERROR(r.get(request.k, "k"));
+  if (request.k == 0 || request.k > kIngestMaxK) {
+    return invalid_argument(fmt::format("k {} (1..{})", request.k, kIngestMaxK));
+  }
+  GPUOPT_RETURN_IF_ERROR(r.get(engine, "engine"));
+  if (engine > 2) return invalid_argument(fmt::format("unknown engine {} (0..2)", engine));
+  request.engine = engine == 0   ? QueryEngine::kCpu
+                   : engine == 1 ? QueryEngine::kGpu
+                                 : QueryEngine::kAuto;
+  GPUOPT_RETURN_IF_ERROR(r.get(index, "index"));
+  if (index > 1) return invalid_argument(fmt::format("unknown index {} (0..1)", index));
+  request.index = index == 0 ? IndexKind::kExact : IndexKind::kIvf;
+  GPUOPT_RETURN_IF_ERROR(r.get(request.nprobe, "nprobe"));
+  if (request.nprobe == 0) return invalid_argument("nprobe is 0");
+  GPUOPT_RETURN_IF_ERROR(r.get(where_length, "where length"));
+  if (where_length > kIngestMaxWhere) {
+    return invalid_argument(
+        fmt::format("where filter of {} bytes (at most {})", where_length, kIngestMaxWhere));
+  }
+  request.where_json.resize(where_length);
+  GPUOPT_RETURN_IF_ERROR(r.get_bytes(request.where_json.data(), where_length, "where"));
+  // The queries fill the rest exactly; by division, so a huge `rows` cannot overflow.
+  const std::size_t row_bytes = std::size_t{request.dim} * sizeof(float);
+  if (r.remaining() % row_bytes != 0 || r.remaining() / row_bytes != request.rows) {
+    return invalid_argument(
+        fmt::format("wrong size: {} queries of dimension {} but {} bytes follow offset {}",
+                    request.rows, request.dim, r.remaining(), r.offset()));
+  }
+  // The reply must fit in a frame too.
+  if (request.rows > max_queries_per_reply(request.k)) {
+    return invalid_argument(
+        fmt::format("{} queries x k {} would not fit in one reply frame", request.rows, request.k));
+  }
+  request.queries.resize(request.rows * request.dim);
+  return r.get_bytes(request.queries.data(), r.remaining(), "queries");
+}
+
 }  // namespace
+
+std::size_t max_queries_per_reply(std::size_t k) {
+  // 12 bytes per hit and 4 per query, below the frame limit with room for the reply's header.
+  return (kIngestMaxBody - 8192) / (12 * std::max<std::size_t>(k, 1) + 4);
+}
 
 bool is_ingest_shm_name(std::string_view name) {
   std::string_view prefix(kIngestShmPrefix);
@@ -97,6 +162,16 @@ std::vector<std::uint8_t> encode_request(const IngestRequest& request) {
     w.put_bytes(request.cuda_handle.data(), request.cuda_handle.size());
     w.put(request.cuda_offset);
   }
+  if (request.op == IngestOp::kQuery) {
+    w.put(request.k);
+    w.put(static_cast<std::uint16_t>(engine_code(request.engine)));
+    w.put(static_cast<std::uint16_t>(request.index == IndexKind::kIvf ? 1 : 0));
+    w.put(request.nprobe);
+    w.put(static_cast<std::uint32_t>(request.where_json.size()));
+    w.put_bytes(request.where_json.data(), request.where_json.size());
+    w.put_bytes(request.queries.data(), request.queries.size() * sizeof(float));
+    return w.take();
+  }
   w.put_bytes(request.ids.data(), request.ids.size() * sizeof(std::uint64_t));
   return w.take();
 }
@@ -117,7 +192,7 @@ StatusOr<IngestRequest> parse_request(std::span<const std::uint8_t> body) {
         fmt::format("protocol version {} (this server speaks {})", version, kIngestVersion));
   }
   GPUOPT_RETURN_IF_ERROR(r.get(op, "op"));
-  if (op < 1 || op > 3) return invalid_argument(fmt::format("unknown op {} (1..3)", op));
+  if (op < 1 || op > 4) return invalid_argument(fmt::format("unknown op {} (1..4)", op));
   request.op = static_cast<IngestOp>(op);
   GPUOPT_RETURN_IF_ERROR(r.get(payload, "payload"));
   if (payload > 2) return invalid_argument(fmt::format("unknown payload kind {} (0..2)", payload));
@@ -132,6 +207,10 @@ StatusOr<IngestRequest> parse_request(std::span<const std::uint8_t> body) {
   GPUOPT_RETURN_IF_ERROR(r.get(request.request_id, "request id"));
   request.collection.resize(collection_length);
   GPUOPT_RETURN_IF_ERROR(r.get_bytes(request.collection.data(), collection_length, "collection"));
+  if (request.op == IngestOp::kQuery) {
+    GPUOPT_RETURN_IF_ERROR(parse_query(r, request));
+    return request;
+  }
   const bool writes = request.op != IngestOp::kCount;
   if (writes) {
     if (request.payload == IngestPayload::kNone) {
@@ -191,6 +270,17 @@ std::vector<std::uint8_t> encode_reply(const IngestReply& reply) {
   std::size_t length = std::min<std::size_t>(reply.message.size(), 4096);
   w.put(static_cast<std::uint32_t>(length));
   w.put_bytes(reply.message.data(), length);
+  if (reply.has_results) {
+    w.put(static_cast<std::uint32_t>(reply.results.size()));
+    w.put(static_cast<std::uint32_t>(reply.engine == QueryEngine::kGpu ? 1 : 0));
+    for (const auto& hits : reply.results) {
+      w.put(static_cast<std::uint32_t>(hits.size()));
+      for (const auto& hit : hits) {
+        w.put(hit.id);
+        w.put(hit.distance);
+      }
+    }
+  }
   return w.take();
 }
 
@@ -215,12 +305,41 @@ StatusOr<IngestReply> parse_reply(std::span<const std::uint8_t> body) {
   GPUOPT_RETURN_IF_ERROR(r.get(reply.request_id, "reply request id"));
   GPUOPT_RETURN_IF_ERROR(r.get(reply.total, "reply total"));
   GPUOPT_RETURN_IF_ERROR(r.get(length, "reply message length"));
-  if (length != r.remaining()) {
-    return invalid_argument(
-        fmt::format("reply: message length {} but {} bytes follow", length, r.remaining()));
+  if (length > 4096 || length > r.remaining()) {
+    return invalid_argument(fmt::format(
+        "reply: message length {} (at most 4096) with {} bytes left", length, r.remaining()));
   }
   reply.message.resize(length);
   GPUOPT_RETURN_IF_ERROR(r.get_bytes(reply.message.data(), length, "reply message"));
+  if (r.remaining() == 0) return reply;
+  // A query's results.
+  std::uint32_t queries = 0, engine = 0;
+  GPUOPT_RETURN_IF_ERROR(r.get(queries, "reply query count"));
+  GPUOPT_RETURN_IF_ERROR(r.get(engine, "reply engine"));
+  if (engine > 1) return invalid_argument(fmt::format("reply: engine {} (0..1)", engine));
+  // Each query takes at least its 4-byte hit count: refuse a count the body cannot hold before
+  // allocating for it.
+  if (queries > r.remaining() / 4) {
+    return invalid_argument(fmt::format("reply: {} queries in {} bytes", queries, r.remaining()));
+  }
+  reply.has_results = true;
+  reply.engine = engine == 1 ? QueryEngine::kGpu : QueryEngine::kCpu;
+  reply.results.resize(queries);
+  for (auto& hits : reply.results) {
+    std::uint32_t count = 0;
+    GPUOPT_RETURN_IF_ERROR(r.get(count, "reply hit count"));
+    if (count > r.remaining() / 12) {
+      return invalid_argument(fmt::format("reply: {} hits in {} bytes", count, r.remaining()));
+    }
+    hits.resize(count);
+    for (auto& hit : hits) {
+      GPUOPT_RETURN_IF_ERROR(r.get(hit.id, "reply hit id"));
+      GPUOPT_RETURN_IF_ERROR(r.get(hit.distance, "reply hit distance"));
+    }
+  }
+  if (r.remaining() != 0) {
+    return invalid_argument(fmt::format("reply: {} bytes after the results", r.remaining()));
+  }
   return reply;
 }
 

@@ -1,5 +1,6 @@
-// The ingest server: accepts Unix-socket connections, decodes binary requests, maps the client's
-// shared memory (or opens its CUDA IPC handle) and commits the rows, replying only after commit.
+// The vector server: accepts Unix-socket connections, decodes binary requests, maps the client's
+// shared memory (or opens its CUDA IPC handle) and commits the rows, replying only after commit,
+// and answers queries from its one view of each collection.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
@@ -105,7 +106,9 @@ struct IngestServer::State {
   IngestServerOptions options;
   int listen_fd = -1;
   int stop_pipe[2] = {-1, -1};
-  std::mutex write_mutex;  // one writer per store
+  // Requests take turns on the store: a Store is used by one thread at a time, and its writes
+  // have one writer anyway.
+  std::mutex store_mutex;
   struct Connection {
     std::thread thread;
     std::atomic<bool> done{false};
@@ -171,6 +174,16 @@ StatusOr<std::unique_ptr<IngestServer>> IngestServer::start(Store* store,
       return Status(StatusCode::kAlreadyExists,
                     fmt::format("{} exists and is not a socket; not replacing it", path));
     }
+    // A live server answers a connect; only a socket left by one that is gone is replaced.
+    int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) return errno_error("socket");
+    const bool live =
+        ::connect(probe, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+    ::close(probe);
+    if (live) {
+      return Status(StatusCode::kAlreadyExists,
+                    fmt::format("{}: another server is listening on this socket", path));
+    }
     ::unlink(path.c_str());  // a stale socket from a killed server
   }
   auto state = std::make_unique<State>();
@@ -229,7 +242,7 @@ Status IngestServer::serve() {
         (peer.uid != geteuid() && peer.uid != 0)) {
       IngestReply reply;
       reply.code = StatusCode::kPermissionDenied;
-      reply.message = fmt::format("uid {} may not write to this store", peer.uid);
+      reply.message = fmt::format("uid {} may not use this store", peer.uid);
       Status ignored = detail::send_frame(fd, encode_reply(reply));
       (void)ignored;
       ::close(fd);
@@ -285,7 +298,7 @@ IngestReply IngestServer::handle(const IngestRequest& request) {
   State& s = *state_;
   IngestReply reply;
   reply.request_id = request.request_id;
-  std::lock_guard lock(s.write_mutex);
+  std::lock_guard lock(s.store_mutex);
   auto reject = [&](const Status& status) {
     reply.code = status.code();
     reply.message = status.message();
@@ -297,6 +310,33 @@ IngestReply IngestServer::handle(const IngestRequest& request) {
   Collection& collection = **found;
   reply.total = collection.size();
   if (request.op == IngestOp::kCount) return reply;
+  if (request.op == IngestOp::kQuery) {
+    if (request.dim != collection.dim()) {
+      return reject(invalid_argument(
+          fmt::format("dim mismatch: the queries have dimension {}, collection \"{}\" has {}",
+                      request.dim, collection.name(), collection.dim())));
+    }
+    if (request.queries.size() != request.rows * request.dim) {
+      return reject(
+          invalid_argument(fmt::format("wrong size: {} floats for {} queries of dimension {}",
+                                       request.queries.size(), request.rows, request.dim)));
+    }
+    QueryOptions options = s.options.query;
+    options.k = request.k;
+    options.engine = request.engine;
+    options.index = request.index;
+    options.nprobe = request.nprobe;
+    options.where_json = request.where_json;
+    QueryReport report;
+    auto found = collection.query(request.queries.data(), request.rows, options, &report);
+    if (!found.ok()) return reject(found.status());
+    reply.has_results = true;
+    reply.engine = report.engine;
+    reply.results = std::move(*found);
+    reply.total = collection.size();
+    if (s.options.on_query) s.options.on_query(request, report);
+    return reply;
+  }
   if (request.dim != collection.dim()) {
     return reject(
         invalid_argument(fmt::format("dim mismatch: the request has dimension {}, "

@@ -2,14 +2,20 @@
 // mode with synchronous=FULL, segment files opened by mmap, and exact / IVF-Flat search over them.
 #include "gpuopt/vector/store.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "gpuopt/core/regular_file.hpp"
@@ -28,6 +34,8 @@ namespace fs = std::filesystem;
 
 constexpr const char* kCatalogueFile = "store.sqlite";
 constexpr const char* kSegmentDirectory = "segments";
+constexpr const char* kWriterLockFile = "writer.lock";
+constexpr std::size_t kMaxDim = 65536;
 
 // A prepared statement that finalizes itself.
 class Statement {
@@ -105,12 +113,119 @@ Status exec(sqlite3* db, const char* sql) {
 std::int64_t as_sql(std::uint64_t id) { return static_cast<std::int64_t>(id); }
 std::uint64_t from_sql(std::int64_t id) { return static_cast<std::uint64_t>(id); }
 
+bool valid_collection_name(const std::string& name) {
+  return !name.empty() && name.size() <= 64 &&
+         name.find_first_not_of(
+             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+             std::string::npos;
+}
+
+std::string segment_file_name(const std::string& collection, std::uint64_t sequence) {
+  return fmt::format("{}-{:08d}.seg", collection, sequence);
+}
+
+// Rows a segment of dimension `dim` may hold before its size in bytes overflows 2^62.
+std::uint64_t max_segment_rows(std::size_t dim) {
+  return (std::uint64_t{1} << 62) / (std::uint64_t(dim) * sizeof(float) + 16);
+}
+
+// What the collections of one open store share: the catalogue connection, the mode and the
+// writer lock.
+struct Catalogue {
+  sqlite3* db = nullptr;
+  fs::path directory;
+  bool read_only = false;
+  std::string read_only_reason;  // why, for the message a refused write gives
+  int writer_wait_ms = 0;
+  int lock_fd = -1;  // the writer lock's descriptor while this store holds it
+  sqlite3_stmt* version_statement = nullptr;
+
+  ~Catalogue() {
+    if (lock_fd >= 0) ::close(lock_fd);  // releases the flock
+  }
+
+  // How often another connection committed, as SQLite counts it (PRAGMA data_version): unchanged
+  // means nothing this connection has not seen.
+  // The statement is prepared once: this runs before every read.
+  StatusOr<std::int64_t> data_version() {
+    if (version_statement == nullptr &&
+        sqlite3_prepare_v2(db, "PRAGMA data_version", -1, &version_statement, nullptr) !=
+            SQLITE_OK) {
+      return sqlite_error(db, "data_version");
+    }
+    const int rc = sqlite3_step(version_statement);
+    const std::int64_t version = sqlite3_column_int64(version_statement, 0);
+    sqlite3_reset(version_statement);
+    if (rc != SQLITE_ROW) return sqlite_error(db, "data_version");
+    return version;
+  }
+  // Before the connection closes.
+  void finalize() {
+    sqlite3_finalize(version_statement);
+    version_statement = nullptr;
+  }
+
+  Status lock_for_writing() {
+    if (read_only) {
+      return failed_precondition(
+          fmt::format("{}: the store is open read-only ({}); writes are refused",
+                      directory.string(), read_only_reason));
+    }
+    if (lock_fd >= 0) return ok_status();
+    const fs::path path = directory / kWriterLockFile;
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
+                    0644);
+    if (fd < 0) {
+      return permission_denied(
+          fmt::format("{}: cannot open the writer lock: {}", path.string(), std::strerror(errno)));
+    }
+    if (Status regular = require_regular_descriptor(fd, path); !regular.ok()) {
+      ::close(fd);
+      return data_loss(fmt::format("writer lock {}", regular.message()));
+    }
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, writer_wait_ms));
+    for (;;) {
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) break;
+      const int error = errno;
+      if (error == EINTR) continue;
+      if (error != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) {
+        char text[32] = {};
+        ssize_t got = ::pread(fd, text, sizeof(text) - 1, 0);
+        ::close(fd);
+        if (error != EWOULDBLOCK) {
+          return unavailable(
+              fmt::format("{}: flock failed: {}", path.string(), std::strerror(error)));
+        }
+        long holder = got > 0 ? std::strtol(text, nullptr, 10) : 0;
+        return unavailable(fmt::format(
+            "{}: another process ({}) is writing to this store, which takes one writer at a time "
+            "(it holds {}){}",
+            directory.string(), holder > 0 ? fmt::format("pid {}", holder) : "pid unknown",
+            path.filename().string(),
+            writer_wait_ms > 0 ? fmt::format("; waited {} ms", writer_wait_ms) : ""));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    // Who holds it, for the message another writer gets; the lock itself is the flock.
+    std::string pid = fmt::format("{}\n", ::getpid());
+    if (::ftruncate(fd, 0) == 0) {
+      ssize_t ignored = ::pwrite(fd, pid.data(), pid.size(), 0);
+      (void)ignored;
+    }
+    lock_fd = fd;
+    return ok_status();
+  }
+};
+
 }  // namespace
 
 struct Collection::State {
-  sqlite3* db = nullptr;  // owned by the Store
+  sqlite3* db = nullptr;           // owned by the Store
+  Catalogue* catalogue = nullptr;  // owned by the Store
   fs::path segment_directory;
   bool verify_on_first_use = true;
+  std::size_t compact_above_segments = 0;  // OpenOptions::compact_above_segments
   std::string name;
   CollectionConfig config;
   std::uint64_t next_sequence = 0;
@@ -143,6 +258,13 @@ struct Collection::State {
   std::unique_ptr<detail::GpuIvfLists> ivf_gpu;
   std::uint64_t ivf_gpu_generation = 0;
   std::size_t ivf_gpu_rows = 0;
+  // Change counters, bumped alike by this process's writes and by refresh() when another process
+  // wrote: `generation` on any change of rows or tombstones, `layout_generation` when positions
+  // were renumbered (segments went away), which invalidates anything indexed by position.
+  std::uint64_t generation = 0;
+  std::uint64_t layout_generation = 0;
+  // PRAGMA data_version when this collection last read the catalogue (-1: never).
+  std::int64_t seen_version = -1;
   // Caches dropped on every write.
   std::optional<std::vector<Metadata>> metadata_by_position;
   // The GPU engine's copy of the rows, in position order: segments [0, gpu_segments) are on
@@ -169,11 +291,16 @@ struct Collection::State {
       ++dead_count;
     }
   }
+  bool is_dead(std::uint64_t position) const {
+    return position / 64 < dead.size() && (dead[position / 64] >> (position & 63)) & 1;
+  }
   std::optional<std::size_t> segment_index(std::uint64_t sequence) const {
-    for (std::size_t i = 0; i < segments.size(); ++i) {
-      if (segments[i]->info().sequence == sequence) return i;
-    }
-    return std::nullopt;
+    // Sequences increase with the index: binary search.
+    auto it = std::lower_bound(
+        segments.begin(), segments.end(), sequence,
+        [](const auto& segment, std::uint64_t value) { return segment->info().sequence < value; });
+    if (it == segments.end() || (*it)->info().sequence != sequence) return std::nullopt;
+    return static_cast<std::size_t>(it - segments.begin());
   }
   Status add_segment(const detail::SegmentInfo& info) {
     GPUOPT_ASSIGN_OR_RETURN(auto segment,
@@ -183,7 +310,10 @@ struct Collection::State {
     segments.push_back(std::move(segment));
     return ok_status();
   }
-  void invalidate() { metadata_by_position.reset(); }
+  void invalidate() {
+    metadata_by_position.reset();
+    ++generation;
+  }
   // The segment row at a global position.
   std::pair<std::size_t, std::uint64_t> locate(std::uint64_t position) const {
     std::size_t index = static_cast<std::size_t>(
@@ -195,6 +325,154 @@ struct Collection::State {
     auto [index, row] = locate(position);
     return segments[index]->ids()[row];
   }
+  // Forgets every segment and tombstone (and the GPU copy, whose positions they define).
+  void clear_rows() {
+    segments.clear();
+    segment_first_position.clear();
+    total_rows = 0;
+    dead.clear();
+    dead_count = 0;
+    gpu.reset();
+    gpu_segments = 0;
+    gpu_device = -1;
+    // Positions are renumbered: the in-memory IVF lists, their device copy and the cached allow
+    // mask all name old positions (the saved index is re-checked against ids when loaded).
+    ivf.reset();
+    ivf_gpu.reset();
+    ivf_gpu_rows = 0;
+    mask_rows = ~std::uint64_t{0};
+    invalidate();
+    ++layout_generation;
+  }
+
+  // Brings this view up to what the catalogue has committed, cheaply when nothing changed: one
+  // PRAGMA data_version. Called at the top of every read and inside every write transaction.
+  Status refresh(bool in_transaction = false) {
+    for (int attempt = 0;; ++attempt) {
+      GPUOPT_ASSIGN_OR_RETURN(std::int64_t version, catalogue->data_version());
+      if (version == seen_version) return ok_status();
+      // One read transaction, so segments and tombstones come from the same commit.
+      if (!in_transaction) GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN"));
+      Status synced = sync();
+      if (!in_transaction) {
+        Status ended = exec(db, synced.ok() ? "COMMIT" : "ROLLBACK");
+        if (synced.ok()) synced = ended;
+      }
+      if (synced.ok()) {
+        seen_version = version;
+        return synced;
+      }
+      // A compaction may have committed and removed a segment this read's snapshot still named:
+      // if the catalogue has moved on since, read it again from the start.
+      if (in_transaction || attempt >= 3) return synced;
+      auto now = catalogue->data_version();
+      if (!now.ok() || *now == version) return synced;
+      clear_rows();
+    }
+  }
+
+  // Reads the catalogue's rows for this collection and applies what is new: segments past the
+  // last one mapped, tombstones not yet marked, the next sequence. Everything read is checked
+  // (names, sequences, sizes, row numbers): an edited or damaged catalogue is DATA_LOSS naming
+  // what is wrong, never a path outside the store or a read past a segment.
+  Status sync() {
+    const std::string where = fmt::format("{}: collection \"{}\"",
+                                          (catalogue->directory / kCatalogueFile).string(), name);
+    Statement head(db, "SELECT next_segment FROM collections WHERE name = ?");
+    if (!head.ok()) return sqlite_error(db, "prepare");
+    head.bind(1, name);
+    int rc = head.step();
+    if (rc == SQLITE_DONE) return not_found(fmt::format("{} is no longer in the catalogue", where));
+    if (rc != SQLITE_ROW) return sqlite_error(db, where);
+    const std::int64_t next = head.integer(0);
+    if (next < 0) return data_loss(fmt::format("{}: next segment number {}", where, next));
+
+    // Fewer rows than mapped segments, or a mapped segment gone: positions change, start over.
+    std::size_t known = 0;
+    {
+      Statement listed(db, "SELECT sequence FROM segments WHERE collection = ? AND sequence <= ?");
+      if (!listed.ok()) return sqlite_error(db, "prepare");
+      const std::int64_t last =
+          segments.empty() ? -1 : static_cast<std::int64_t>(segments.back()->info().sequence);
+      listed.bind(1, name).bind(2, last);
+      while ((rc = listed.step()) == SQLITE_ROW) {
+        if (!segment_index(static_cast<std::uint64_t>(listed.integer(0)))) {
+          known = ~std::size_t{0};
+          break;
+        }
+        ++known;
+      }
+      if (known != ~std::size_t{0} && rc != SQLITE_DONE) return sqlite_error(db, where);
+    }
+    if (known != segments.size()) clear_rows();
+
+    bool changed = false;
+    Statement added(db,
+                    "SELECT sequence, file, rows, bytes, crc FROM segments WHERE collection = ? "
+                    "AND sequence > ? ORDER BY sequence");
+    if (!added.ok()) return sqlite_error(db, "prepare");
+    added.bind(1, name).bind(2, segments.empty()
+                                    ? std::int64_t{-1}
+                                    : static_cast<std::int64_t>(segments.back()->info().sequence));
+    while ((rc = added.step()) == SQLITE_ROW) {
+      const std::int64_t sequence = added.integer(0), rows = added.integer(2),
+                         bytes = added.integer(3), crc = added.integer(4);
+      detail::SegmentInfo info;
+      info.file = added.text(1);
+      if (sequence < 0 || sequence >= next) {
+        return data_loss(
+            fmt::format("{}: segment sequence {} is outside 0..{} (the next segment number)", where,
+                        sequence, next - 1));
+      }
+      if (info.file != segment_file_name(name, static_cast<std::uint64_t>(sequence))) {
+        return data_loss(
+            fmt::format("{}: segment {} is named \"{}\", expected \"{}\"", where, sequence,
+                        info.file, segment_file_name(name, static_cast<std::uint64_t>(sequence))));
+      }
+      if (rows <= 0 || static_cast<std::uint64_t>(rows) > max_segment_rows(config.dim) ||
+          bytes < 0 || crc < 0 || crc > std::int64_t{0xFFFFFFFF}) {
+        return data_loss(fmt::format("{}: segment {} has {} rows, {} bytes, CRC {}", where,
+                                     info.file, rows, bytes, crc));
+      }
+      info.sequence = static_cast<std::uint64_t>(sequence);
+      info.rows = static_cast<std::size_t>(rows);
+      info.dim = config.dim;
+      info.bytes = static_cast<std::uint64_t>(bytes);
+      info.data_crc = static_cast<std::uint32_t>(crc);
+      if (info.bytes != detail::segment_file_bytes(info.rows, info.dim)) {
+        return data_loss(
+            fmt::format("{}: segment {} is listed at {} bytes, {} rows of dimension {} take {}",
+                        where, info.file, info.bytes, info.rows, info.dim,
+                        detail::segment_file_bytes(info.rows, info.dim)));
+      }
+      GPUOPT_RETURN_IF_ERROR(add_segment(info));
+      changed = true;
+    }
+    if (rc != SQLITE_DONE) return sqlite_error(db, "read segments");
+
+    // Tombstones only accumulate (an id's row never comes back), so marking them all again is
+    // enough; a forged one naming no row is refused.
+    Statement tombstones(db, "SELECT segment, row FROM dead WHERE collection = ?");
+    if (!tombstones.ok()) return sqlite_error(db, "prepare");
+    tombstones.bind(1, name);
+    const std::size_t dead_before = dead_count;
+    while ((rc = tombstones.step()) == SQLITE_ROW) {
+      const std::int64_t sequence = tombstones.integer(0), row = tombstones.integer(1);
+      auto index = sequence >= 0 ? segment_index(static_cast<std::uint64_t>(sequence))
+                                 : std::optional<std::size_t>{};
+      if (!index || row < 0 || static_cast<std::uint64_t>(row) >= segments[*index]->info().rows) {
+        return data_loss(fmt::format(
+            "{}: a tombstone names row {} of segment {}, which the collection does not have", where,
+            row, sequence));
+      }
+      mark_dead(segment_first_position[*index] + static_cast<std::uint64_t>(row));
+    }
+    if (rc != SQLITE_DONE) return sqlite_error(db, "read tombstones");
+    changed = changed || dead_count != dead_before;
+    next_sequence = static_cast<std::uint64_t>(next);
+    if (changed) invalidate();
+    return ok_status();
+  }
 };
 
 Collection::Collection(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -203,7 +481,12 @@ Collection::~Collection() = default;
 const std::string& Collection::name() const { return state_->name; }
 std::size_t Collection::dim() const { return state_->config.dim; }
 Metric Collection::metric() const { return state_->config.metric; }
-std::size_t Collection::size() const { return state_->total_rows - state_->dead_count; }
+std::size_t Collection::size() const {
+  // A failed refresh keeps the last view; the reads that return a Status report it.
+  Status refreshed = state_->refresh();
+  (void)refreshed;
+  return state_->total_rows - state_->dead_count;
+}
 
 Status Collection::add(std::span<const std::uint64_t> ids, const float* vectors,
                        std::span<const Metadata> metadata) {
@@ -241,6 +524,7 @@ Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* 
     }
   }
   sqlite3* db = s.db;
+  GPUOPT_RETURN_IF_ERROR(s.catalogue->lock_for_writing());
   GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
   fs::path segment_path;
   bool file_written = false;
@@ -253,17 +537,17 @@ Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* 
     }
     return status;
   };
-  // Re-read the sequence inside the transaction: another writer may have committed since open.
-  Statement sequence(db, "SELECT next_segment FROM collections WHERE name = ?");
-  if (!sequence.ok()) return fail(sqlite_error(db, "prepare"));
-  sequence.bind(1, s.name);
-  if (sequence.step() != SQLITE_ROW) {
-    return fail(not_found(fmt::format("collection \"{}\" vanished from the catalogue", s.name)));
+  // Catch up inside the transaction with whatever another writer committed before this one took
+  // the lock, so the sequence and the id lookups below see the latest commit.
+  if (Status refreshed = s.refresh(/*in_transaction=*/true); !refreshed.ok()) {
+    return fail(refreshed);
   }
-  std::uint64_t seq = static_cast<std::uint64_t>(sequence.integer(0));
-  if (seq != s.next_sequence) {
-    return fail(failed_precondition(
-        fmt::format("collection \"{}\" was changed by another writer; reopen the store", s.name)));
+  const std::uint64_t seq = s.next_sequence;
+  // Never write over a committed segment, whatever the catalogue's counter says.
+  if (!s.segments.empty() && seq <= s.segments.back()->info().sequence) {
+    return fail(data_loss(fmt::format(
+        "collection \"{}\": the catalogue's next segment number {} is not past its last segment {}",
+        s.name, seq, s.segments.back()->info().sequence)));
   }
   // Ids already present: an error for add, tombstones for upsert.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> superseded;  // (sequence, row)
@@ -280,7 +564,7 @@ Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* 
       superseded.emplace_back(lookup.integer(0), lookup.integer(1));
     }
   }
-  std::string file = fmt::format("{}-{:08d}.seg", s.name, seq);
+  std::string file = segment_file_name(s.name, seq);
   segment_path = s.segment_directory / file;
   file_written = true;
   auto written = detail::write_segment(segment_path, seq, dim, vectors, ids.data(), rows);
@@ -328,7 +612,8 @@ Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* 
   if (sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
     return fail(sqlite_error(db, "commit"));
   }
-  // Committed: acknowledged from here on. Mirror it in memory.
+  // Committed: acknowledged from here on. Mirror it in memory (this connection's own commits leave
+  // data_version alone, so refresh() would not see them).
   s.next_sequence = seq + 1;
   s.invalidate();
   for (const auto& [old_sequence, old_row] : superseded) {
@@ -336,18 +621,204 @@ Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* 
       s.mark_dead(s.segment_first_position[*index] + old_row);
     }
   }
-  return s.add_segment(info);
+  Status mapped = s.add_segment(info);
+  if (!mapped.ok()) {
+    // The batch is committed and durable; only this process's view failed. Read it again from
+    // the catalogue on the next call rather than report the batch as lost.
+    s.seen_version = -1;
+    s.clear_rows();
+  }
+  if (s.compact_above_segments > 0 && s.segments.size() > s.compact_above_segments) {
+    // Best effort: the batch is acknowledged whatever this does; a failed compaction leaves the
+    // old segments, and the next write tries again.
+    auto compacted = compact();
+    (void)compacted;
+  }
+  return ok_status();
+}
+
+StatusOr<CompactReport> Collection::compact(const CompactOptions& options) {
+  State& s = *state_;
+  sqlite3* db = s.db;
+  const std::size_t dim = s.config.dim;
+  const std::size_t target =
+      options.target_rows > 0
+          ? options.target_rows
+          : std::max<std::size_t>(4096, (std::size_t{64} << 20) / (dim * sizeof(float)));
+  GPUOPT_RETURN_IF_ERROR(s.catalogue->lock_for_writing());
+  GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
+  std::vector<fs::path> written;
+  auto fail = [&](Status status) {
+    Status rollback = exec(db, "ROLLBACK");
+    (void)rollback;
+    for (const auto& path : written) {
+      std::error_code ignored;
+      fs::remove(path, ignored);
+    }
+    return status;
+  };
+  if (Status refreshed = s.refresh(/*in_transaction=*/true); !refreshed.ok()) {
+    return fail(refreshed);
+  }
+  CompactReport report;
+  report.segments_before = s.segments.size();
+  // Live rows per segment.
+  std::vector<std::size_t> live(s.segments.size());
+  for (std::size_t i = 0; i < s.segments.size(); ++i) {
+    const std::uint64_t first = s.segment_first_position[i];
+    for (std::size_t r = 0; r < s.segments[i]->info().rows; ++r) live[i] += !s.is_dead(first + r);
+  }
+  // Runs of consecutive segments to rewrite as one: small ones together up to `target` live rows,
+  // and any with deleted rows.
+  std::vector<std::vector<std::size_t>> runs;
+  std::vector<std::size_t> run;
+  std::size_t run_rows = 0;
+  auto close_run = [&] {
+    const bool has_dead = std::any_of(run.begin(), run.end(), [&](std::size_t i) {
+      return live[i] != s.segments[i]->info().rows;
+    });
+    if (run.size() > 1 || (run.size() == 1 && has_dead)) runs.push_back(run);
+    run.clear();
+    run_rows = 0;
+  };
+  for (std::size_t i = 0; i < s.segments.size(); ++i) {
+    const bool small = s.segments[i]->info().rows < target;
+    const bool has_dead = live[i] != s.segments[i]->info().rows;
+    if (!small && !has_dead) {
+      close_run();
+      continue;
+    }
+    if (run_rows + live[i] > target && !run.empty()) close_run();
+    run.push_back(i);
+    run_rows += live[i];
+  }
+  close_run();
+  if (runs.empty()) {
+    GPUOPT_RETURN_IF_ERROR(exec(db, "COMMIT"));
+    report.segments_after = s.segments.size();
+    return report;
+  }
+
+  Statement insert_segment(
+      db, "INSERT INTO segments(collection, sequence, file, rows, bytes, crc) VALUES(?,?,?,?,?,?)");
+  Statement move_item(db, "UPDATE items SET segment = ?, row = ? WHERE collection = ? AND id = ?");
+  Statement drop_dead(db, "DELETE FROM dead WHERE collection = ? AND segment = ?");
+  Statement drop_segment(db, "DELETE FROM segments WHERE collection = ? AND sequence = ?");
+  Statement bump(db, "UPDATE collections SET next_segment = ? WHERE name = ?");
+  if (!insert_segment.ok() || !move_item.ok() || !drop_dead.ok() || !drop_segment.ok() ||
+      !bump.ok()) {
+    return fail(sqlite_error(db, "prepare"));
+  }
+  std::uint64_t seq = s.next_sequence;
+  std::vector<fs::path> replaced;
+  std::vector<std::uint64_t> ids;
+  std::vector<float> vectors;
+  for (const auto& members : runs) {
+    ids.clear();
+    vectors.clear();
+    for (std::size_t i : members) {
+      const auto& segment = *s.segments[i];
+      // The rows are copied into the new segment: check them first, so damage is not sealed
+      // under a fresh checksum.
+      if (Status verified = s.segments[i]->verify(); !verified.ok()) return fail(verified);
+      const std::uint64_t first = s.segment_first_position[i];
+      for (std::size_t r = 0; r < segment.info().rows; ++r) {
+        if (s.is_dead(first + r)) {
+          ++report.rows_dropped;
+          continue;
+        }
+        ids.push_back(segment.ids()[r]);
+        vectors.insert(vectors.end(), segment.vectors() + r * dim,
+                       segment.vectors() + (r + 1) * dim);
+      }
+      replaced.push_back(s.segment_directory / segment.info().file);
+    }
+    if (!ids.empty()) {
+      const std::string file = segment_file_name(s.name, seq);
+      fs::path path = s.segment_directory / file;
+      written.push_back(path);
+      auto info = detail::write_segment(path, seq, dim, vectors.data(), ids.data(), ids.size());
+      if (!info.ok()) return fail(info.status());
+      insert_segment.reset();
+      insert_segment.bind(1, s.name)
+          .bind(2, static_cast<std::int64_t>(seq))
+          .bind(3, file)
+          .bind(4, static_cast<std::int64_t>(ids.size()))
+          .bind(5, static_cast<std::int64_t>(info->bytes))
+          .bind(6, static_cast<std::int64_t>(info->data_crc));
+      if (insert_segment.step() != SQLITE_DONE) return fail(sqlite_error(db, "insert segment"));
+      for (std::size_t r = 0; r < ids.size(); ++r) {
+        move_item.reset();
+        move_item.bind(1, static_cast<std::int64_t>(seq))
+            .bind(2, static_cast<std::int64_t>(r))
+            .bind(3, s.name)
+            .bind(4, as_sql(ids[r]));
+        if (move_item.step() != SQLITE_DONE) return fail(sqlite_error(db, "move item"));
+      }
+      ++seq;
+    }
+    for (std::size_t i : members) {
+      const auto old_sequence = static_cast<std::int64_t>(s.segments[i]->info().sequence);
+      drop_dead.reset();
+      drop_dead.bind(1, s.name).bind(2, old_sequence);
+      drop_segment.reset();
+      drop_segment.bind(1, s.name).bind(2, old_sequence);
+      if (drop_dead.step() != SQLITE_DONE || drop_segment.step() != SQLITE_DONE) {
+        return fail(sqlite_error(db, "drop segment"));
+      }
+    }
+  }
+  bump.bind(1, static_cast<std::int64_t>(seq)).bind(2, s.name);
+  if (bump.step() != SQLITE_DONE) return fail(sqlite_error(db, "update sequence"));
+  if (sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return fail(sqlite_error(db, "commit"));
+  }
+  // Committed. The old files go only now; a reader that still maps one keeps its pages until it
+  // moves on, and one whose snapshot still names one reads the catalogue again (refresh()).
+  for (const auto& path : replaced) {
+    std::error_code ignored;
+    fs::remove(path, ignored);
+  }
+  // This connection's own commit leaves data_version alone: read the new layout explicitly.
+  s.seen_version = -1;
+  s.clear_rows();
+  GPUOPT_RETURN_IF_ERROR(s.refresh());
+  // And files of this collection's earlier sequences that no catalogue row names: left by a
+  // compaction killed between its commit and the removals above.
+  const std::string prefix = s.name + "-";
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(s.segment_directory, error)) {
+    const std::string file = entry.path().filename().string();
+    if (!file.starts_with(prefix) || !file.ends_with(".seg")) continue;
+    const std::string digits = file.substr(prefix.size(), file.size() - prefix.size() - 4);
+    if (digits.size() < 8 || digits.size() > 18 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    const std::uint64_t sequence = std::stoull(digits);
+    if (sequence < seq && segment_file_name(s.name, sequence) == file &&
+        !s.segment_index(sequence)) {
+      std::error_code ignored;
+      fs::remove(entry.path(), ignored);
+    }
+  }
+  report.segments_after = s.segments.size();
+  return report;
 }
 
 StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids) {
   State& s = *state_;
   sqlite3* db = s.db;
+  GPUOPT_RETURN_IF_ERROR(s.catalogue->lock_for_writing());
   GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
   auto fail = [&](Status status) {
     Status rollback = exec(db, "ROLLBACK");
     (void)rollback;
     return status;
   };
+  if (Status refreshed = s.refresh(/*in_transaction=*/true); !refreshed.ok()) {
+    return fail(refreshed);
+  }
   Statement lookup(db, "SELECT segment, row FROM items WHERE collection = ? AND id = ?");
   Statement erase(db, "DELETE FROM items WHERE collection = ? AND id = ?");
   Statement insert_dead(db, "INSERT OR IGNORE INTO dead(collection, segment, row) VALUES(?,?,?)");
@@ -383,7 +854,19 @@ StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids) {
 }
 
 StatusOr<Record> Collection::get(std::uint64_t id) const {
-  const State& s = *state_;
+  State& s = *state_;
+  // The lookup and the refresh in one read transaction: the row the catalogue names is then
+  // always one of the segments mapped, even while another process commits.
+  GPUOPT_RETURN_IF_ERROR(exec(s.db, "BEGIN"));
+  auto found = get_in_transaction(s, id);
+  Status ended = exec(s.db, "COMMIT");
+  if (!found.ok()) return found.status();
+  GPUOPT_RETURN_IF_ERROR(ended);
+  return found;
+}
+
+StatusOr<Record> Collection::get_in_transaction(State& s, std::uint64_t id) {
+  GPUOPT_RETURN_IF_ERROR(s.refresh(/*in_transaction=*/true));
   Statement lookup(s.db, "SELECT segment, row, meta FROM items WHERE collection = ? AND id = ?");
   if (!lookup.ok()) return sqlite_error(s.db, "prepare");
   lookup.bind(1, s.name).bind(2, as_sql(id));
@@ -421,6 +904,12 @@ StatusOr<std::uint64_t> Collection::next_free_id() const {
 
 StatusOr<std::vector<RowSpan>> Collection::rows(const std::string& where_json,
                                                 std::vector<std::uint64_t>* live_mask) {
+  GPUOPT_RETURN_IF_ERROR(state_->refresh());
+  return current_rows(where_json, live_mask);
+}
+
+StatusOr<std::vector<RowSpan>> Collection::current_rows(const std::string& where_json,
+                                                        std::vector<std::uint64_t>* live_mask) {
   State& s = *state_;
   std::vector<RowSpan> spans;
   for (auto& segment : s.segments) {
@@ -444,7 +933,16 @@ StatusOr<std::vector<RowSpan>> Collection::rows(const std::string& where_json,
         int rc;
         while ((rc = all.step()) == SQLITE_ROW) {
           auto index = s.segment_index(static_cast<std::uint64_t>(all.integer(0)));
+          // Rows of segments committed after this view was read are not in it yet.
           if (!index) continue;
+          if (all.integer(1) < 0 ||
+              static_cast<std::uint64_t>(all.integer(1)) >= s.segments[*index]->info().rows) {
+            return data_loss(
+                fmt::format("collection \"{}\": the catalogue gives metadata to row {} of {}, "
+                            "which has {} rows",
+                            s.name, all.integer(1), s.segments[*index]->info().file,
+                            s.segments[*index]->info().rows));
+          }
           GPUOPT_ASSIGN_OR_RETURN(Metadata metadata, parse_metadata(all.text(2)));
           by_position[s.segment_first_position[*index] + all.integer(1)] = std::move(metadata);
         }
@@ -635,38 +1133,71 @@ Status Collection::State::load_ivf() {
         "IVF index {}: {} (`gpuopt vector reindex` rebuilds it; exact queries are unaffected)",
         path.string(), what));
   };
-  if (contents.covered_rows > s.total_rows || contents.trained_rows > contents.covered_rows) {
-    return loss(fmt::format("covers {} rows (trained on {}), the collection has {}",
-                            contents.covered_rows, contents.trained_rows, s.total_rows));
+  if (contents.trained_rows > contents.covered_rows) {
+    return loss(
+        fmt::format("covers {} rows, trained on {}", contents.covered_rows, contents.trained_rows));
+  }
+  // The file names rows by position and id. Positions hold while rows are only appended; a
+  // compaction (here or in another process) renumbers them, and then the lists are rebuilt by id.
+  bool positions_hold = contents.covered_rows <= s.total_rows;
+  for (std::uint64_t i = 0; positions_hold && i < contents.positions.size(); ++i) {
+    positions_hold =
+        contents.positions[i] < s.total_rows && s.id_at(contents.positions[i]) == contents.ids[i];
   }
   Ivf ivf;
   ivf.index =
       detail::IvfFlat::with_centroids(std::move(contents.centroids), s.config.dim, s.config.metric);
-  for (std::size_t l = 0; l < contents.nlist; ++l) {
-    ivf.index.reserve(static_cast<std::uint32_t>(l),
-                      contents.list_offsets[l + 1] - contents.list_offsets[l]);
-    for (std::uint64_t i = contents.list_offsets[l]; i < contents.list_offsets[l + 1]; ++i) {
-      const std::uint64_t position = contents.positions[i];
+  if (positions_hold) {
+    for (std::size_t l = 0; l < contents.nlist; ++l) {
+      ivf.index.reserve(static_cast<std::uint32_t>(l),
+                        contents.list_offsets[l + 1] - contents.list_offsets[l]);
+      for (std::uint64_t i = contents.list_offsets[l]; i < contents.list_offsets[l + 1]; ++i) {
+        const std::uint64_t position = contents.positions[i];
+        auto [segment, row] = s.locate(position);
+        const auto& seg = *s.segments[segment];
+        ivf.index.append(static_cast<std::uint32_t>(l), seg.vectors() + row * s.config.dim,
+                         seg.norms()[row], position);
+      }
+    }
+    ivf.saved_rows = contents.covered_rows;
+  } else {
+    // Each row of the current layout goes to the list the file gave its id; rows the file does
+    // not know (written after it was saved) to their nearest centroid. Ids the file names that
+    // are gone are dropped. A row rewritten by upsert keeps its id's list: IVF scans it there
+    // with its true distance, so only recall can suffer, until `gpuopt vector reindex`.
+    std::unordered_map<std::uint64_t, std::uint32_t> list_of_id;
+    list_of_id.reserve(contents.ids.size());
+    for (std::size_t l = 0; l < contents.nlist; ++l) {
+      for (std::uint64_t i = contents.list_offsets[l]; i < contents.list_offsets[l + 1]; ++i) {
+        list_of_id[contents.ids[i]] = static_cast<std::uint32_t>(l);
+      }
+    }
+    const std::size_t dim = s.config.dim;
+    for (std::uint64_t position = 0; position < s.total_rows; ++position) {
       auto [segment, row] = s.locate(position);
       const auto& seg = *s.segments[segment];
-      if (seg.ids()[row] != contents.ids[i]) {
-        return loss(
-            fmt::format("row {} holds id {}, the index says id {} (it belongs to other data)",
-                        position, seg.ids()[row], contents.ids[i]));
+      const float* vector = seg.vectors() + row * dim;
+      auto known = list_of_id.find(seg.ids()[row]);
+      std::uint32_t list = 0;
+      if (known != list_of_id.end()) {
+        list = known->second;
+      } else {
+        float distance = 0;
+        ivf.index.nearest(vector, 1, &list, &distance, 1);
+        ivf.added_distance_sum += distance;
       }
-      ivf.index.append(static_cast<std::uint32_t>(l), seg.vectors() + row * s.config.dim,
-                       seg.norms()[row], position);
+      ivf.index.append(list, vector, seg.norms()[row], position);
     }
+    ivf.saved_rows = 0;  // the next write's catch-up saves the rebuilt lists
   }
   ivf.file = entry->file;
   ivf.generation = contents.generation;
   ivf.trained_rows = contents.trained_rows;
-  ivf.saved_rows = contents.covered_rows;
   ivf.engine = contents.engine;
   ivf.iterations = contents.iterations;
   ivf.train_seconds = contents.train_seconds;
   ivf.trained_mean_distance = contents.trained_mean_distance;
-  ivf.added_distance_sum = contents.added_distance_sum;
+  ivf.added_distance_sum += contents.added_distance_sum;
   ivf.index.set_train_seconds(contents.train_seconds);
   s.ivf = std::move(ivf);
   s.ivf_gpu.reset();
@@ -890,6 +1421,7 @@ std::string gpu_unsupported_reason(const QueryOptions& options) {
 StatusOr<SearchResults> Collection::query(const float* queries, std::size_t query_count,
                                           const QueryOptions& options, QueryReport* report) {
   State& s = *state_;
+  GPUOPT_RETURN_IF_ERROR(s.refresh());
   if (options.k == 0) return invalid_argument("query: k must be at least 1");
   if (query_count > 0 && queries == nullptr) return invalid_argument("query: queries is null");
   QueryReport unused;
@@ -902,10 +1434,10 @@ StatusOr<SearchResults> Collection::query(const float* queries, std::size_t quer
                             s.mask_where == options.where_json;
   std::vector<RowSpan> spans;
   if (everything_live || mask_current) {
-    GPUOPT_ASSIGN_OR_RETURN(spans, rows("", nullptr));
+    GPUOPT_ASSIGN_OR_RETURN(spans, current_rows("", nullptr));
   } else {
     s.mask_rows = ~std::uint64_t{0};  // invalid until rebuilt
-    GPUOPT_ASSIGN_OR_RETURN(spans, rows(options.where_json, &s.mask_cache));
+    GPUOPT_ASSIGN_OR_RETURN(spans, current_rows(options.where_json, &s.mask_cache));
     s.mask_rows = s.total_rows;
     s.mask_dead = s.dead_count;
     s.mask_where = options.where_json;
@@ -1034,11 +1566,56 @@ void Collection::release_gpu() {
 }
 
 Status Collection::verify() {
-  for (auto& segment : state_->segments) GPUOPT_RETURN_IF_ERROR(segment->verify());
-  return ok_status();
+  State& s = *state_;
+  GPUOPT_RETURN_IF_ERROR(s.refresh());
+  for (auto& segment : s.segments) GPUOPT_RETURN_IF_ERROR(segment->verify());
+  // Every id must name a live row of a mapped segment, and the ids must be exactly the live rows:
+  // a forged tombstone (or a lost one) shows up as a count that disagrees. One read transaction.
+  GPUOPT_RETURN_IF_ERROR(exec(s.db, "BEGIN"));
+  auto verified = [&]() -> Status {
+    GPUOPT_RETURN_IF_ERROR(s.refresh(/*in_transaction=*/true));
+    Statement items(s.db, "SELECT id, segment, row FROM items WHERE collection = ?");
+    if (!items.ok()) return sqlite_error(s.db, "prepare");
+    items.bind(1, s.name);
+    const std::string where = fmt::format(
+        "{}: collection \"{}\"", (s.catalogue->directory / kCatalogueFile).string(), s.name);
+    std::uint64_t count = 0;
+    int rc;
+    while ((rc = items.step()) == SQLITE_ROW) {
+      const std::int64_t sequence = items.integer(1), row = items.integer(2);
+      auto index = sequence >= 0 ? s.segment_index(static_cast<std::uint64_t>(sequence))
+                                 : std::optional<std::size_t>{};
+      if (!index || row < 0 || static_cast<std::uint64_t>(row) >= s.segments[*index]->info().rows) {
+        return data_loss(fmt::format("{}: id {} names row {} of segment {}, which does not exist",
+                                     where, items.integer(0), row, sequence));
+      }
+      const auto& segment = *s.segments[*index];
+      if (segment.ids()[row] != from_sql(items.integer(0))) {
+        return data_loss(fmt::format("{}: id {} names row {} of {}, which holds id {}", where,
+                                     items.integer(0), row, segment.info().file,
+                                     segment.ids()[row]));
+      }
+      if (s.is_dead(s.segment_first_position[*index] + static_cast<std::uint64_t>(row))) {
+        return data_loss(fmt::format("{}: id {} names row {} of {}, which a tombstone deletes",
+                                     where, items.integer(0), row, segment.info().file));
+      }
+      ++count;
+    }
+    if (rc != SQLITE_DONE) return sqlite_error(s.db, "read ids");
+    if (count != s.total_rows - s.dead_count) {
+      return data_loss(fmt::format(
+          "{}: {} ids are listed but the segments hold {} live rows ({} rows, {} tombstones)",
+          where, count, s.total_rows - s.dead_count, s.total_rows, s.dead_count));
+    }
+    return ok_status();
+  }();
+  Status ended = exec(s.db, "COMMIT");
+  return verified.ok() ? ended : verified;
 }
 
 CollectionStats Collection::stats() const {
+  Status refreshed = state_->refresh();  // a failure keeps the last view
+  (void)refreshed;
   const State& s = *state_;
   CollectionStats stats;
   stats.name = s.name;
@@ -1067,55 +1644,116 @@ CollectionStats Collection::stats() const {
 struct Store::State {
   fs::path directory;
   OpenOptions options;
-  sqlite3* db = nullptr;
+  Catalogue catalogue;
   std::vector<std::unique_ptr<Collection>> collections;
+  std::int64_t seen_version = -1;  // data_version when the collection list was last read
   ~State() {
     collections.clear();
-    if (db != nullptr) sqlite3_close(db);
+    catalogue.finalize();
+    if (catalogue.db != nullptr) sqlite3_close(catalogue.db);
   }
 
-  Status load_collection(const std::string& name, std::size_t dim, Metric metric,
-                         std::uint64_t next_sequence) {
+  // Validates one `collections` row and maps its segments. Runs inside a read transaction.
+  Status load_collection(const std::string& name, std::int64_t dim, const std::string& metric_text,
+                         std::int64_t version) {
+    const std::string context = (directory / kCatalogueFile).string();
+    if (!valid_collection_name(name)) {
+      return data_loss(fmt::format(
+          "{}: collection name \"{}\" is not 1-64 letters, digits, '_' or '-'", context, name));
+    }
+    if (dim <= 0 || static_cast<std::uint64_t>(dim) > kMaxDim) {
+      return data_loss(fmt::format("{}: collection \"{}\" has dimension {} (1..{})", context, name,
+                                   dim, kMaxDim));
+    }
+    auto metric = parse_metric(metric_text);
+    if (!metric.ok()) {
+      return data_loss(
+          fmt::format("{}: collection \"{}\": {}", context, name, metric.status().message()));
+    }
     auto state = std::make_unique<Collection::State>();
-    state->db = db;
+    state->db = catalogue.db;
+    state->catalogue = &catalogue;
     state->segment_directory = directory / kSegmentDirectory;
     state->verify_on_first_use = options.verify_on_first_use;
+    state->compact_above_segments = options.compact_above_segments;
     state->name = name;
-    state->config = {dim, metric};
-    state->next_sequence = next_sequence;
-    Statement segments(db,
-                       "SELECT sequence, file, rows, bytes, crc FROM segments WHERE "
-                       "collection = ? ORDER BY sequence");
-    if (!segments.ok()) return sqlite_error(db, "prepare");
-    segments.bind(1, name);
-    int rc;
-    while ((rc = segments.step()) == SQLITE_ROW) {
-      detail::SegmentInfo info;
-      info.sequence = static_cast<std::uint64_t>(segments.integer(0));
-      info.file = segments.text(1);
-      info.rows = static_cast<std::size_t>(segments.integer(2));
-      info.dim = dim;
-      info.bytes = static_cast<std::uint64_t>(segments.integer(3));
-      info.data_crc = static_cast<std::uint32_t>(segments.integer(4));
-      if (info.file.find('/') != std::string::npos) {
-        return data_loss(fmt::format("{}: catalogue names segment file \"{}\" outside segments/",
-                                     (directory / kCatalogueFile).string(), info.file));
-      }
-      GPUOPT_RETURN_IF_ERROR(state->add_segment(info));
-    }
-    if (rc != SQLITE_DONE) return sqlite_error(db, "read segments");
-    Statement dead(db, "SELECT segment, row FROM dead WHERE collection = ?");
-    if (!dead.ok()) return sqlite_error(db, "prepare");
-    dead.bind(1, name);
-    while ((rc = dead.step()) == SQLITE_ROW) {
-      auto index = state->segment_index(static_cast<std::uint64_t>(dead.integer(0)));
-      if (index) state->mark_dead(state->segment_first_position[*index] + dead.integer(1));
-    }
-    if (rc != SQLITE_DONE) return sqlite_error(db, "read tombstones");
+    state->config = {static_cast<std::size_t>(dim), *metric};
+    GPUOPT_RETURN_IF_ERROR(state->sync());
+    state->seen_version = version;
     collections.push_back(std::unique_ptr<Collection>(new Collection(std::move(state))));
     return ok_status();
   }
+
+  // Loads collections another process created since the list was last read (one pragma when
+  // nothing changed). Existing collections refresh themselves when read.
+  Status refresh() {
+    GPUOPT_ASSIGN_OR_RETURN(std::int64_t version, catalogue.data_version());
+    if (version == seen_version) return ok_status();
+    sqlite3* db = catalogue.db;
+    GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN"));
+    Status loaded = [&]() -> Status {
+      Statement list(db, "SELECT name, dim, metric FROM collections ORDER BY name");
+      if (!list.ok()) return sqlite_error(db, (directory / kCatalogueFile).string());
+      int rc;
+      while ((rc = list.step()) == SQLITE_ROW) {
+        const std::string name = list.text(0);
+        bool known = false;
+        for (const auto& c : collections) known = known || c->name() == name;
+        if (!known) {
+          GPUOPT_RETURN_IF_ERROR(load_collection(name, list.integer(1), list.text(2), version));
+        }
+      }
+      if (rc != SQLITE_DONE) return sqlite_error(db, (directory / kCatalogueFile).string());
+      return ok_status();
+    }();
+    Status ended = exec(db, loaded.ok() ? "COMMIT" : "ROLLBACK");
+    if (!loaded.ok()) return loaded;
+    GPUOPT_RETURN_IF_ERROR(ended);
+    seen_version = version;
+    return ok_status();
+  }
 };
+
+namespace {
+
+// A file: URI for sqlite3_open_v2 with `immutable=1`: for a store on read-only media, where SQLite
+// can neither create the WAL index nor take locks, and nothing can change the files anyway.
+std::string immutable_uri(const fs::path& path) {
+  std::string uri = "file:";
+  for (unsigned char c : fs::absolute(path).string()) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+      uri += static_cast<char>(c);
+    } else {
+      uri += fmt::format("%{:02X}", c);
+    }
+  }
+  return uri + "?immutable=1";
+}
+
+// Why this process cannot write the store (empty when it can): the reason a read-only open gives.
+std::string write_denied_reason(const fs::path& directory, const fs::path& catalogue) {
+  for (const fs::path& path : {directory, directory / kSegmentDirectory, catalogue}) {
+    std::error_code ignored;
+    if (!fs::exists(path, ignored)) continue;
+    if (::access(path.c_str(), W_OK) != 0) {
+      return fmt::format("{} is not writable: {}", path.string(), std::strerror(errno));
+    }
+  }
+  return {};
+}
+
+constexpr const char* kSchema =
+    "CREATE TABLE IF NOT EXISTS collections(name TEXT PRIMARY KEY, dim INTEGER NOT NULL, metric "
+    "TEXT NOT NULL, next_segment INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS segments(collection TEXT, sequence INTEGER, file TEXT NOT NULL, "
+    "rows INTEGER NOT NULL, bytes INTEGER NOT NULL, crc INTEGER NOT NULL, PRIMARY "
+    "KEY(collection, sequence));"
+    "CREATE TABLE IF NOT EXISTS items(collection TEXT, id INTEGER, segment INTEGER NOT NULL, row "
+    "INTEGER NOT NULL, meta TEXT, PRIMARY KEY(collection, id)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS dead(collection TEXT, segment INTEGER, row INTEGER, PRIMARY "
+    "KEY(collection, segment, row)) WITHOUT ROWID;";
+
+}  // namespace
 
 Store::Store(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Store::~Store() = default;
@@ -1124,10 +1762,15 @@ StatusOr<std::unique_ptr<Store>> Store::open(const fs::path& directory,
                                              const OpenOptions& options) {
   std::error_code error;
   fs::path catalogue = directory / kCatalogueFile;
-  if (!fs::exists(catalogue, error)) {
+  const bool existed = fs::exists(catalogue, error);
+  if (!existed) {
     if (!options.create) {
       return not_found(fmt::format("{}: no vector store here ({} is missing)", directory.string(),
                                    kCatalogueFile));
+    }
+    if (options.read_only) {
+      return invalid_argument(
+          fmt::format("{}: cannot create a store with a read-only open", directory.string()));
     }
     fs::create_directories(directory / kSegmentDirectory, error);
     if (error) {
@@ -1143,73 +1786,109 @@ StatusOr<std::unique_ptr<Store>> Store::open(const fs::path& directory,
   auto state = std::make_unique<State>();
   state->directory = directory;
   state->options = options;
-  int flags =
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (options.create ? SQLITE_OPEN_CREATE : 0);
-  if (sqlite3_open_v2(catalogue.c_str(), &state->db, flags, nullptr) != SQLITE_OK) {
-    return sqlite_error(state->db, fmt::format("{}: cannot open", catalogue.string()));
+  Catalogue& cat = state->catalogue;
+  cat.directory = directory;
+  cat.writer_wait_ms = options.writer_wait_ms;
+  cat.read_only = options.read_only;
+  cat.read_only_reason = options.read_only ? "OpenOptions::read_only" : "";
+  if (!cat.read_only && existed) {
+    std::string denied = write_denied_reason(directory, catalogue);
+    if (!denied.empty()) {
+      cat.read_only = true;
+      cat.read_only_reason = std::move(denied);
+    }
   }
-  sqlite3* db = state->db;
-  sqlite3_busy_timeout(db, 5000);
   auto context = catalogue.string();
-  GPUOPT_RETURN_IF_ERROR(exec(db, "PRAGMA journal_mode=WAL").with_context(context));
-  GPUOPT_RETURN_IF_ERROR(exec(db, "PRAGMA synchronous=FULL").with_context(context));
-  GPUOPT_RETURN_IF_ERROR(exec(db,
-                              "CREATE TABLE IF NOT EXISTS collections(name TEXT PRIMARY KEY, "
-                              "dim INTEGER NOT NULL, metric TEXT NOT NULL, next_segment INTEGER "
-                              "NOT NULL);"
-                              "CREATE TABLE IF NOT EXISTS segments(collection TEXT, sequence "
-                              "INTEGER, file TEXT NOT NULL, rows INTEGER NOT NULL, bytes INTEGER "
-                              "NOT NULL, crc INTEGER NOT NULL, PRIMARY KEY(collection, sequence));"
-                              "CREATE TABLE IF NOT EXISTS items(collection TEXT, id INTEGER, "
-                              "segment INTEGER NOT NULL, row INTEGER NOT NULL, meta TEXT, PRIMARY "
-                              "KEY(collection, id)) WITHOUT ROWID;"
-                              "CREATE TABLE IF NOT EXISTS dead(collection TEXT, segment INTEGER, "
-                              "row INTEGER, PRIMARY KEY(collection, segment, row)) WITHOUT ROWID;")
-                             .with_context(context));
-  fs::create_directories(directory / kSegmentDirectory, error);
-  Statement list(db, "SELECT name, dim, metric, next_segment FROM collections ORDER BY name");
-  if (!list.ok()) return sqlite_error(db, context);
-  int rc;
-  while ((rc = list.step()) == SQLITE_ROW) {
-    auto metric = parse_metric(list.text(2));
-    if (!metric.ok()) return data_loss(fmt::format("{}: {}", context, metric.status().message()));
-    std::int64_t dim = list.integer(1);
-    if (dim <= 0) return data_loss(fmt::format("{}: collection dimension {}", context, dim));
-    GPUOPT_RETURN_IF_ERROR(state->load_collection(list.text(0), static_cast<std::size_t>(dim),
-                                                  *metric,
-                                                  static_cast<std::uint64_t>(list.integer(3))));
+  if (cat.read_only) {
+    int rc = sqlite3_open_v2(catalogue.c_str(), &cat.db,
+                             SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr);
+    // Without write access to the directory SQLite cannot make the WAL index it reads through:
+    // such a store can only be read as immutable (it cannot change under a process that may not
+    // write it... unless its owner writes; the owner's writes are then seen on the next open).
+    if (rc == SQLITE_OK) {
+      rc = sqlite3_exec(cat.db, "SELECT COUNT(*) FROM sqlite_master", nullptr, nullptr, nullptr);
+    }
+    if (rc != SQLITE_OK) {
+      sqlite3_close(cat.db);
+      cat.db = nullptr;
+      const std::string uri = immutable_uri(catalogue);
+      if (sqlite3_open_v2(uri.c_str(), &cat.db,
+                          SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_URI,
+                          nullptr) != SQLITE_OK) {
+        return sqlite_error(cat.db, fmt::format("{}: cannot open read-only", context));
+      }
+    }
+  } else {
+    int flags =
+        SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (options.create ? SQLITE_OPEN_CREATE : 0);
+    if (sqlite3_open_v2(catalogue.c_str(), &cat.db, flags, nullptr) != SQLITE_OK) {
+      return sqlite_error(cat.db, fmt::format("{}: cannot open", context));
+    }
   }
-  if (rc != SQLITE_DONE) return sqlite_error(db, context);
+  sqlite3* db = cat.db;
+  sqlite3_busy_timeout(db, 5000);
+  if (!cat.read_only) {
+    GPUOPT_RETURN_IF_ERROR(exec(db, "PRAGMA journal_mode=WAL").with_context(context));
+    GPUOPT_RETURN_IF_ERROR(exec(db, "PRAGMA synchronous=FULL").with_context(context));
+  }
+  // A catalogue without tables (emptied, or a 0-byte file) beside segment files has lost the
+  // store's index: opening it as a new, empty store would hide those rows and let imports
+  // overwrite them.
+  {
+    Statement tables(db,
+                     "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+                     "('collections', 'segments', 'items', 'dead')");
+    if (!tables.ok() || tables.step() != SQLITE_ROW) return sqlite_error(db, context);
+    const std::int64_t found = tables.integer(0);
+    if (found != 4) {
+      std::size_t files = 0;
+      for (const auto& entry : fs::directory_iterator(directory / kSegmentDirectory, error)) {
+        (void)entry;
+        ++files;
+      }
+      if (found != 0 || files > 0 || (existed && cat.read_only)) {
+        return data_loss(fmt::format(
+            "{}: the catalogue has {} of the store's 4 tables and segments/ holds {} files; "
+            "the catalogue is damaged (restore it from a copy)",
+            context, found, files));
+      }
+      if (!cat.read_only) GPUOPT_RETURN_IF_ERROR(exec(db, kSchema).with_context(context));
+    }
+  }
+  GPUOPT_RETURN_IF_ERROR(state->refresh().with_context(directory.string()));
   return std::unique_ptr<Store>(new Store(std::move(state)));
 }
 
 StatusOr<Collection*> Store::create_collection(const std::string& name,
                                                const CollectionConfig& config) {
-  if (name.empty() || name.size() > 64 ||
-      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
-          std::string::npos) {
+  if (!valid_collection_name(name)) {
     return invalid_argument(
         fmt::format("collection name \"{}\": use 1-64 letters, digits, '_' or '-'", name));
   }
-  if (config.dim == 0 || config.dim > 65536) {
-    return invalid_argument(fmt::format("collection dimension {}: must be 1..65536", config.dim));
+  if (config.dim == 0 || config.dim > kMaxDim) {
+    return invalid_argument(
+        fmt::format("collection dimension {}: must be 1..{}", config.dim, kMaxDim));
   }
+  GPUOPT_RETURN_IF_ERROR(state_->catalogue.lock_for_writing());
   if (collection(name).ok()) {
     return Status(StatusCode::kAlreadyExists,
                   fmt::format("collection \"{}\" already exists", name));
   }
-  sqlite3* db = state_->db;
+  sqlite3* db = state_->catalogue.db;
+  GPUOPT_ASSIGN_OR_RETURN(std::int64_t version, state_->catalogue.data_version());
   Statement insert(db, "INSERT INTO collections(name, dim, metric, next_segment) VALUES(?,?,?,0)");
   if (!insert.ok()) return sqlite_error(db, "prepare");
   insert.bind(1, name)
       .bind(2, static_cast<std::int64_t>(config.dim))
       .bind(3, std::string(metric_name(config.metric)));
   if (insert.step() != SQLITE_DONE) return sqlite_error(db, "create collection");
-  GPUOPT_RETURN_IF_ERROR(state_->load_collection(name, config.dim, config.metric, 0));
+  GPUOPT_RETURN_IF_ERROR(state_->load_collection(name, static_cast<std::int64_t>(config.dim),
+                                                 std::string(metric_name(config.metric)), version));
   return state_->collections.back().get();
 }
 
 StatusOr<Collection*> Store::collection(const std::string& name) {
+  GPUOPT_RETURN_IF_ERROR(state_->refresh());
   for (auto& c : state_->collections) {
     if (c->name() == name) return c.get();
   }
@@ -1217,11 +1896,17 @@ StatusOr<Collection*> Store::collection(const std::string& name) {
 }
 
 std::vector<std::string> Store::collection_names() const {
+  Status refreshed = state_->refresh();  // a failure keeps the last list
+  (void)refreshed;
   std::vector<std::string> names;
   for (const auto& c : state_->collections) names.push_back(c->name());
   return names;
 }
 
 const fs::path& Store::directory() const { return state_->directory; }
+
+Status Store::lock_for_writing() { return state_->catalogue.lock_for_writing(); }
+
+bool Store::read_only() const { return state_->catalogue.read_only; }
 
 }  // namespace gpuopt::vector

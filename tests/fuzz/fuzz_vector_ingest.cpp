@@ -1,4 +1,5 @@
-// libFuzzer target: the vector ingest protocol's request and reply parsers on arbitrary bytes.
+// libFuzzer target: the vector server protocol's request and reply parsers (ingest and query
+// messages) on arbitrary bytes.
 // A body that parses must re-encode to the same bytes (the format has one spelling per message).
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +14,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::span<const std::uint8_t> body(data, size);
   auto request = parse_request(body);
   if (request.ok()) {
-    if (request->ids.size() != request->rows) std::abort();
+    if (request->op == IngestOp::kQuery) {
+      if (request->queries.size() != request->rows * request->dim || !request->ids.empty()) {
+        std::abort();
+      }
+    } else if (request->ids.size() != request->rows) {
+      std::abort();
+    }
     auto again = encode_request(*request);
     if (again.size() != size || std::memcmp(again.data(), data, size) != 0) std::abort();
   }

@@ -18,6 +18,7 @@
 #include "gpuopt/vector/vector_file.hpp"
 #include "numeric_checks.hpp"
 #include "progress_line.hpp"
+#include "vector_socket_query.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -50,6 +51,7 @@ struct VectorArgs {
   std::string precision = "fp32";
   int repeat = 1;
   bool auto_retrain = false;
+  std::string socket;  // ask `gpuopt vector serve` there instead of opening DIR
   // info
   bool verify = false;
   // reindex
@@ -330,6 +332,20 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
 }
 
 int run_query(const VectorArgs& args) {
+  if (!args.socket.empty()) {
+    // One positional fills DIR first: with --socket it is the query file.
+    if (!args.file.empty() || args.precision != "fp32" || args.threads != 0) {
+      return fail(args, invalid_argument("query --socket PATH FILE: give no DIR, --precision or "
+                                         "--threads (the server's store and settings answer)"));
+    }
+    if (args.directory.empty()) return fail(args, invalid_argument("query: FILE is required"));
+    return run_socket_query({args.socket, args.directory, args.collection, args.k, args.index,
+                             args.nprobe, args.where, args.engine, args.limit, args.repeat,
+                             args.show_all, args.json});
+  }
+  if (args.directory.empty() || args.file.empty()) {
+    return fail(args, invalid_argument("query needs DIR and FILE (or FILE --socket PATH)"));
+  }
   if (args.engine == "cpu" && args.precision != "fp32") {
     // The CPU engine computes in fp32 only: taking another precision silently would report
     // figures for a mode that did not run.
@@ -614,6 +630,12 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
         ->check(whole_number_at_least(1));
     command->add_flag("--auto-retrain", args->auto_retrain,
                       "IVF: retrain the saved index first when info recommends it");
+    // `query FILE --socket PATH` asks a running `gpuopt vector serve`: DIR is then left out, and
+    // run_query takes the one positional as FILE.
+    command->get_option("DIR")->required(false);
+    command->get_option("FILE")->required(false);
+    command->add_option("--socket", args->socket,
+                        "ask the `gpuopt vector serve` listening here instead of opening DIR");
     command->callback([args, &exit_code] { exit_code = run_query(*args); });
   }
   {

@@ -1,5 +1,6 @@
-// `gpuopt vector serve|send`: the cross-process ingest server for a store and a client that sends
-// a vector file to it through shared memory (binary protocol, see gpuopt/vector/ingest.hpp).
+// `gpuopt vector serve|send` and `vector query --socket`: the cross-process server for a store
+// (ingest and queries), a client that sends a vector file to it through shared memory, and one
+// that sends it queries (binary protocol, see gpuopt/vector/ingest.hpp).
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -16,6 +17,7 @@
 #include "gpuopt/vector/store.hpp"
 #include "gpuopt/vector/vector_file.hpp"
 #include "numeric_checks.hpp"
+#include "vector_socket_query.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -34,6 +36,8 @@ struct ServeArgs {
   bool upsert = false;
   bool json = false;
   int timeout_s = 30;
+  bool read_only = false;
+  int gpu_device = 0;
 };
 
 int fail(const ServeArgs& args, const Status& status) {
@@ -65,11 +69,23 @@ void emit(bool as_json, const json& event, const std::string& text) {
 }
 
 int run_serve(const ServeArgs& args) {
-  auto store = vec::Store::open(args.directory);
+  vec::OpenOptions open_options;
+  open_options.read_only = args.read_only;
+  auto store = vec::Store::open(args.directory, open_options);
   if (!store.ok()) return fail(args, store.status());
-  std::atomic<std::uint64_t> batches{0}, rows{0}, rejected{0};
+  // The server is the store's writer: take the lock now, so a second writer (another serve, an
+  // import) is refused by name instead of the two taking turns batch by batch.
+  if (!(*store)->read_only()) {
+    Status locked = (*store)->lock_for_writing();
+    if (!locked.ok()) return fail(args, locked);
+  }
+  std::atomic<std::uint64_t> batches{0}, rows{0}, rejected{0}, queries{0};
   vec::IngestServerOptions options;
   options.receive_timeout_s = args.timeout_s;
+  options.query.gpu.device = args.gpu_device;
+  options.on_query = [&](const vec::IngestRequest& request, const vec::QueryReport&) {
+    queries += request.rows;
+  };
   options.on_commit = [&](const vec::IngestRequest& request, std::uint64_t total) {
     ++batches;
     rows += request.rows;
@@ -113,8 +129,10 @@ int run_serve(const ServeArgs& args) {
         {"event", "listening"},
         {"directory", args.directory},
         {"socket", args.socket},
+        {"read_only", (*store)->read_only()},
         {"collections", collections}},
-       fmt::format("serving {} on {} (Ctrl-C stops)", args.directory, args.socket));
+       fmt::format("serving {} on {}{} (Ctrl-C stops)", args.directory, args.socket,
+                   (*store)->read_only() ? ", read-only: queries and counts only" : ""));
   Status served = (*server)->serve();
   g_server = nullptr;
   server->reset();
@@ -123,9 +141,11 @@ int run_serve(const ServeArgs& args) {
        {{"event", "stopped"},
         {"batches", batches.load()},
         {"rows", rows.load()},
+        {"queries", queries.load()},
         {"rejected", rejected.load()}},
-       fmt::format("stopped: {} batches, {} rows committed, {} requests rejected", batches.load(),
-                   rows.load(), rejected.load()));
+       fmt::format("stopped: {} batches, {} rows committed, {} queries answered, {} requests "
+                   "rejected",
+                   batches.load(), rows.load(), queries.load(), rejected.load()));
   return kExitOk;
 }
 
@@ -175,13 +195,83 @@ int run_send(const ServeArgs& args) {
   return kExitOk;
 }
 
+}  // namespace
+
+int run_socket_query(const SocketQueryArgs& args) {
+  ServeArgs for_errors;
+  for_errors.json = args.json;
+  auto engine = vec::parse_query_engine(args.engine);
+  if (!engine.ok()) return fail(for_errors, engine.status());
+  auto index = vec::parse_index_kind(args.index);
+  if (!index.ok()) return fail(for_errors, index.status());
+  auto file = vec::read_vector_file(args.file, args.limit);
+  if (!file.ok()) return fail(for_errors, file.status());
+  auto client = vec::IngestClient::connect(args.socket);
+  if (!client.ok()) return fail(for_errors, client.status());
+  vec::QueryOptions options;
+  options.k = args.k;
+  options.index = *index;
+  options.nprobe = args.nprobe;
+  options.where_json = args.where;
+  options.engine = *engine;
+  vec::QueryReport report;
+  StatusOr<vec::SearchResults> results = vec::SearchResults{};
+  std::vector<double> times;
+  for (int r = 0; r < std::max(1, args.repeat); ++r) {
+    auto start = std::chrono::steady_clock::now();
+    results = (*client)->query(args.collection, file->values.data(), file->rows, file->dim, options,
+                               &report);
+    if (!results.ok()) return fail(for_errors, results.status().with_context(args.socket));
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  const double query_seconds = times[times.size() / 2];
+  const double qps = query_seconds > 0 ? double(file->rows) / query_seconds : 0;
+  const std::string answered(vec::query_engine_name(report.engine));
+  if (args.json) {
+    json hits = json::array();
+    for (const auto& per_query : *results) {
+      json row = json::array();
+      for (const auto& hit : per_query) row.push_back({{"id", hit.id}, {"distance", hit.distance}});
+      hits.push_back(std::move(row));
+    }
+    json out = {{"schema_version", 1},   {"socket", args.socket},
+                {"engine", answered},    {"index", args.index},
+                {"k", args.k},           {"nprobe", args.nprobe},
+                {"queries", file->rows}, {"query_seconds", query_seconds},
+                {"queries_per_s", qps},  {"results", std::move(hits)}};
+    std::printf("%s\n", out.dump().c_str());
+    return kExitOk;
+  }
+  std::size_t shown = args.show_all ? results->size() : std::min<std::size_t>(results->size(), 5);
+  for (std::size_t q = 0; q < shown; ++q) {
+    std::string line = fmt::format("query {}:", q);
+    for (const auto& hit : (*results)[q]) line += fmt::format(" {}:{:.4g}", hit.id, hit.distance);
+    std::printf("%s\n", line.c_str());
+  }
+  if (shown < results->size()) {
+    std::printf("... %zu more queries (--all shows them)\n", results->size() - shown);
+  }
+  std::printf(
+      "%zu queries, k=%zu, index %s, answered by %s on the server at %s: %.3f s (%.0f "
+      "queries/s, round trips included)\n",
+      file->rows, args.k, args.index.c_str(), answered.c_str(), args.socket.c_str(), query_seconds,
+      qps);
+  return kExitOk;
+}
+
+namespace {
+
 // Runs after vector_command.cpp (order 70) has added the `vector` group.
 GPUOPT_REGISTER_COMMAND("", 71, [](CLI::App& parent, int& exit_code) {
   CLI::App* vector = parent.get_subcommand("vector");
   {
     auto args = std::make_shared<ServeArgs>();
     CLI::App* command = vector->add_subcommand(
-        "serve", "Accept vectors from other processes over a Unix socket (shm or CUDA IPC)");
+        "serve",
+        "Serve a store over a Unix socket: vectors from other processes (shm or CUDA IPC) and "
+        "queries (`vector query --socket`)");
     command->add_option("DIR", args->directory, "store directory")->required();
     command->add_option("--socket", args->socket, "Unix socket path (created with mode 0600)")
         ->required();
@@ -190,6 +280,12 @@ GPUOPT_REGISTER_COMMAND("", 71, [](CLI::App& parent, int& exit_code) {
                      "seconds a client may stall mid-message (default 30)")
         ->check(whole_number_at_least(1));
     command->add_flag("--json", args->json, "one JSON object per event on stdout");
+    command->add_flag("--read-only", args->read_only,
+                      "answer queries and counts only; take no writer lock");
+    command
+        ->add_option("--gpu-device", args->gpu_device,
+                     "device of queries with --engine gpu/auto (default 0)")
+        ->check(whole_number_at_least(0));
     command->callback([args, &exit_code] { exit_code = run_serve(*args); });
   }
   {

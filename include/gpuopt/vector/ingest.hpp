@@ -2,17 +2,23 @@
 // Unix stream socket whose vectors travel through POSIX shared memory or a CUDA IPC handle.
 //
 // Frame: u32 little-endian body length, then the body. Request body (little-endian, packed):
-//   u32 magic "GVIQ" | u16 version | u16 op (1 add, 2 upsert, 3 count) | u16 payload (0 none,
-//   1 shm, 2 CUDA IPC) | u16 collection length | u32 dim | u64 rows | u64 request id |
+//   u32 magic "GVIQ" | u16 version | u16 op (1 add, 2 upsert, 3 count, 4 query) | u16 payload
+//   (0 none, 1 shm, 2 CUDA IPC) | u16 collection length | u32 dim | u64 rows | u64 request id |
 //   collection bytes | payload descriptor | rows x u64 ids
+//   A query (payload none, rows = number of queries) ends instead with: u32 k | u16 engine
+//   (0 cpu, 1 gpu, 2 auto) | u16 index (0 exact, 1 ivf) | u32 nprobe | u32 where length |
+//   where JSON | rows x dim fp32 queries.
 //   shm descriptor:      u16 name length | name ("/gpuopt-ingest-" + 32 hex digits)
 //   CUDA IPC descriptor: i32 device | 64-byte cudaIpcMemHandle_t | u64 byte offset
 // The shm object holds [rows, dim] fp32 row-major from offset 0; the server opens it read-only,
 // checks owner (= server user), mode (exactly 0600) and size (>= rows*dim*4, from fstat), and
 // maps it; the vectors go from the mapping straight into the segment file. No JSON anywhere.
 // Reply body: u32 magic "GVIR" | u16 version | u16 status code | u64 request id | u64 total live
-// rows in the collection | u32 message length | message. A success reply is sent only after the
-// batch's SQLite transaction has committed, so an acknowledged total survives kill -9.
+// rows in the collection | u32 message length | message (at most 4096 bytes) | results. A
+// success reply is sent only after the batch's SQLite transaction has committed, so an
+// acknowledged total survives kill -9. Results, only in the reply to a successful query:
+//   u32 query count | u32 engine that answered (0 cpu, 1 gpu) | per query: u32 hit count, then
+//   hit count x (u64 id | f32 distance), closest first.
 #pragma once
 
 #include <array>
@@ -37,7 +43,11 @@ inline constexpr std::uint16_t kIngestVersion = 1;
 inline constexpr std::size_t kIngestMaxBody = (std::size_t{64} << 20) + 4096;
 inline constexpr const char* kIngestShmPrefix = "/gpuopt-ingest-";
 
-enum class IngestOp : std::uint16_t { kAdd = 1, kUpsert = 2, kCount = 3 };
+enum class IngestOp : std::uint16_t { kAdd = 1, kUpsert = 2, kCount = 3, kQuery = 4 };
+// Largest k a query message may ask for.
+inline constexpr std::uint32_t kIngestMaxK = 4096;
+// Longest `where` filter a query message may carry.
+inline constexpr std::size_t kIngestMaxWhere = 65536;
 enum class IngestPayload : std::uint16_t { kNone = 0, kShm = 1, kCudaIpc = 2 };
 
 struct IngestRequest {
@@ -51,7 +61,14 @@ struct IngestRequest {
   std::int32_t cuda_device = 0;                   // kCudaIpc
   std::array<std::uint8_t, 64> cuda_handle = {};  // kCudaIpc: cudaIpcMemHandle_t bytes
   std::uint64_t cuda_offset = 0;                  // kCudaIpc: bytes from the allocation start
-  std::vector<std::uint64_t> ids;                 // [rows]
+  std::vector<std::uint64_t> ids;                 // [rows]; empty for a query
+  // kQuery: what to ask; the queries are `rows` vectors of dimension `dim`.
+  std::uint32_t k = 0;
+  QueryEngine engine = QueryEngine::kCpu;
+  IndexKind index = IndexKind::kExact;
+  std::uint32_t nprobe = 0;
+  std::string where_json;
+  std::vector<float> queries;  // [rows, dim]
 };
 
 struct IngestReply {
@@ -59,6 +76,10 @@ struct IngestReply {
   std::uint64_t request_id = 0;
   std::uint64_t total = 0;  // live rows after the request (acknowledged when code is kOk)
   std::string message;      // what was wrong, when code is not kOk
+  // The answer to a query: has_results is set and results[q] holds query q's hits.
+  bool has_results = false;
+  QueryEngine engine = QueryEngine::kCpu;  // the engine that answered
+  SearchResults results;
 };
 
 // Body encoders/decoders (no length prefix). The parsers take untrusted bytes and return
@@ -67,6 +88,8 @@ std::vector<std::uint8_t> encode_request(const IngestRequest& request);
 StatusOr<IngestRequest> parse_request(std::span<const std::uint8_t> body);
 std::vector<std::uint8_t> encode_reply(const IngestReply& reply);
 StatusOr<IngestReply> parse_reply(std::span<const std::uint8_t> body);
+// How many queries of top-k one message may carry so that the reply fits in a frame.
+std::size_t max_queries_per_reply(std::size_t k);
 // True when `name` is "/gpuopt-ingest-" followed by exactly 32 lowercase hex digits.
 bool is_ingest_shm_name(std::string_view name);
 
@@ -77,18 +100,26 @@ struct IngestServerOptions {
   std::function<void(const IngestRequest&, std::uint64_t total)> on_commit;
   // Called for each rejected request with the reply that was sent.
   std::function<void(const IngestReply&)> on_error;
+  // Settings for queries beyond what a query message carries (GPU device and precision, IVF
+  // training, threads); the message's k, engine, index, nprobe and filter replace those fields.
+  QueryOptions query;
+  // Called after each answered query (under the server's store lock).
+  std::function<void(const IngestRequest&, const QueryReport&)> on_query;
 };
 
-// Serves one store. One thread per connection; writes are serialized by one lock (the store has
-// one writer). The socket file is created with mode 0600 and only peers with the server's uid (or
-// root) are served.
+// Serves one store: writes and queries. One thread per connection; requests take turns on the
+// store (one lock), so every client shares the server's one view of each collection, including
+// the GPU engine's device copy of its rows. The socket file is created with mode 0600 and only
+// peers with the server's uid (or root) are served. A server on a read-only store answers
+// queries and counts and refuses writes.
 class IngestServer {
  public:
   ~IngestServer();
   IngestServer(const IngestServer&) = delete;
   IngestServer& operator=(const IngestServer&) = delete;
 
-  // Binds and listens on `socket_path` (an existing socket file there is replaced).
+  // Binds and listens on `socket_path`. A socket file left by a server that is gone is replaced;
+  // one a live server is listening on is ALREADY_EXISTS.
   static StatusOr<std::unique_ptr<IngestServer>> start(Store* store,
                                                        const std::filesystem::path& socket_path,
                                                        IngestServerOptions options = {});
@@ -156,6 +187,12 @@ class IngestClient {
                                      const float* device_vectors, std::size_t dim,
                                      bool upsert = false);
   StatusOr<std::uint64_t> count(const std::string& collection);
+  // k nearest neighbours of each of `query_count` host vectors [query_count, dim] in the
+  // server's collection. Uses options.k, engine, index, nprobe and where_json (the server's own
+  // settings stand for the rest). `report` (may be null) gets the engine that answered.
+  StatusOr<SearchResults> query(const std::string& collection, const float* queries,
+                                std::size_t query_count, std::size_t dim,
+                                const QueryOptions& options, QueryReport* report = nullptr);
 
   // Sends raw request bytes (already framed or not) and reads one reply: for tests of the
   // server's handling of malformed input.
@@ -163,6 +200,7 @@ class IngestClient {
 
  private:
   IngestClient() = default;
+  StatusOr<IngestReply> exchange(const IngestRequest& request);
   StatusOr<std::uint64_t> round_trip(const IngestRequest& request);
   int fd_ = -1;
   std::uint64_t next_request_id_ = 1;

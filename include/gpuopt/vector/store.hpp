@@ -5,7 +5,17 @@
 // SQLite transaction naming it has committed with synchronous=FULL, so it survives kill -9 (and
 // power loss as far as SQLite and the filesystem promise). Segment headers and sizes are checked
 // at open; data checksums (CRC32C) are checked on first use or by verify(). A mismatch is reported
-// as DATA_LOSS naming the file, never read as data. One writer at a time per store.
+// as DATA_LOSS naming the file, never read as data.
+//
+// Concurrency: one writer and any number of readers, in this process or others. The first write
+// through a Store takes the store's writer lock (flock on `writer.lock`, held until the Store is
+// destroyed); a write while another process holds it waits up to OpenOptions::writer_wait_ms and
+// then fails with UNAVAILABLE naming that process. Readers take no lock: before each read
+// (query, get, size, stats, rows, verify) a collection asks SQLite whether another connection
+// committed (PRAGMA data_version) and, if so, maps the new segments and reloads the tombstones
+// from one read transaction. A segment becomes visible only once the transaction naming it has
+// committed, after its file was fsync'd, so a reader never sees a torn segment or a row the writer
+// has not acknowledged. A Store and its collections are not thread-safe: one thread at a time.
 #pragma once
 
 #include <cstddef>
@@ -79,6 +89,20 @@ struct RowSpan {
   std::size_t rows = 0;
 };
 
+// Collection::compact: which segments are rewritten.
+struct CompactOptions {
+  // Runs of consecutive segments smaller than this are merged into segments of up to this many
+  // live rows, and segments with deleted rows are rewritten without them. 0: 64 MiB of vectors
+  // (at least 4096 rows).
+  std::size_t target_rows = 0;
+};
+
+struct CompactReport {
+  std::size_t segments_before = 0;
+  std::size_t segments_after = 0;
+  std::size_t rows_dropped = 0;  // deleted rows no longer kept
+};
+
 class Store;
 struct DLTensor;  // gpu_search.hpp
 
@@ -131,6 +155,13 @@ class Collection {
                                 const QueryOptions& options, QueryReport* report = nullptr);
   // Frees the GPU engine's copy of the rows (the next GPU query makes it again).
   void release_gpu();
+  // Merges small segments and drops deleted rows, as crash-safe as a write: the new segments are
+  // written and fsync'd, one transaction swaps them into the catalogue (ids follow their rows),
+  // and only then are the old files removed; a crash leaves either the old or the new layout,
+  // and at most unreferenced files. Readers in other processes move to the new layout at their
+  // next read. Live rows, ids and metadata are unchanged; row order (and with it any position)
+  // is not. Takes the writer lock.
+  StatusOr<CompactReport> compact(const CompactOptions& options = {});
   // (Re)trains the IVF index now (k-means on params.engine), assigns every row and saves it in
   // the store (atomically replacing the previous one); returns the training time in seconds.
   StatusOr<double> build_ivf(const IvfParams& params, int threads = 0);
@@ -138,7 +169,8 @@ class Collection {
   // present = false when none is saved; DATA_LOSS naming the file when it fails validation.
   StatusOr<IvfIndexStats> ivf_stats(const IvfParams& thresholds = {});
 
-  // Checks every segment's CRC32C now.
+  // Checks every segment's CRC32C now, and that the catalogue's ids and tombstones agree with the
+  // segments (every id names an existing, live row; the live count matches).
   Status verify();
   CollectionStats stats() const;
   // Rows segment by segment, with the deleted ones still in; `live_mask` gets bit i set when row i
@@ -150,6 +182,10 @@ class Collection {
   friend class Store;
   struct State;
   explicit Collection(std::unique_ptr<State> state);
+  static StatusOr<Record> get_in_transaction(State& s, std::uint64_t id);
+  // rows() without the refresh, for a caller that has just refreshed.
+  StatusOr<std::vector<RowSpan>> current_rows(const std::string& where_json,
+                                              std::vector<std::uint64_t>* live_mask);
   Status write_batch(std::span<const std::uint64_t> ids, const float* vectors,
                      std::span<const Metadata> metadata, bool replace);
   StatusOr<SearchResults> query_cpu(const float* queries, std::size_t query_count,
@@ -171,6 +207,18 @@ struct OpenOptions {
   bool create = false;  // create the directory and catalogue when missing
   // Check each segment's data checksum the first time a query scans it.
   bool verify_on_first_use = true;
+  // Open for reading only: no lock is taken, no store file is written (SQLite may add its -wal and
+  // -shm files where it can, as any SQLite reader does), and every write fails with
+  // FAILED_PRECONDITION. A store whose directory or catalogue this process
+  // cannot write (another user's store, a read-only mount) is opened this way without asking;
+  // Store::read_only() says so and writes name the reason.
+  bool read_only = false;
+  // How long a write waits for the writer lock while another process holds it; 0 fails at once.
+  int writer_wait_ms = 0;
+  // After a write leaves a collection with more segments than this, it is compacted
+  // (Collection::compact with default options); 0 never. Each segment costs a file and a memory
+  // map, and the kernel's map count (about 65k) bounds how many a process can open.
+  std::size_t compact_above_segments = 1024;
 };
 
 class Store {
@@ -187,6 +235,11 @@ class Store {
   StatusOr<Collection*> collection(const std::string& name);
   std::vector<std::string> collection_names() const;
   const std::filesystem::path& directory() const;
+  // Takes the writer lock now (a write takes it on first use): for a process that means to be the
+  // store's writer, such as `gpuopt vector serve`. UNAVAILABLE naming the holder's pid when another
+  // process holds it past writer_wait_ms; FAILED_PRECONDITION when the store is read-only.
+  Status lock_for_writing();
+  bool read_only() const;
 
  private:
   struct State;

@@ -129,6 +129,42 @@ TEST(IvfIndex, ReopenReusesTheSavedIndexWithoutRetraining) {
   }
 }
 
+// A compaction renumbers positions: the saved index is rebuilt by id on the next load, without
+// retraining, and still answers every live row (deleted ones never).
+TEST(IvfIndex, CompactionKeepsTheSavedIndexUsable) {
+  CornerStore s;
+  ASSERT_NO_FATAL_FAILURE(s.open(true));
+  auto more = corner_rows(25, 11);  // a second segment, so there is something to merge
+  auto more_ids = id_range(200, 300);
+  ASSERT_TRUE(s.collection->add(more_ids, more.data()).ok());
+  ASSERT_TRUE(s.collection->build_ivf(cpu_params(4)).ok());
+  std::vector<std::uint64_t> gone;
+  for (std::uint64_t id = 0; id < 300; id += 3) gone.push_back(id);
+  ASSERT_TRUE(s.collection->remove(gone).ok());
+  auto compacted = s.collection->compact({.target_rows = 1000});
+  ASSERT_TRUE(compacted.ok()) << compacted.status().to_string();
+
+  ASSERT_NO_FATAL_FAILURE(s.open(false));
+  std::vector<float> all = s.rows;
+  all.insert(all.end(), more.begin(), more.end());
+  for (std::uint64_t id = 0; id < 300; ++id) {
+    QueryReport report;
+    auto found = s.collection->query(&all[id * 2], 1, ivf_query(1, 4), &report);  // every list
+    ASSERT_TRUE(found.ok()) << found.status().to_string();
+    EXPECT_FALSE(report.ivf_built) << "compaction made the index unusable";
+    ASSERT_FALSE((*found)[0].empty());
+    if (id % 3 == 0) {
+      EXPECT_NE((*found)[0][0].id, id) << "a deleted row came back";
+    } else {
+      EXPECT_EQ((*found)[0][0].id, id);
+      EXPECT_EQ((*found)[0][0].distance, 0.0f);
+    }
+  }
+  auto stats = s.collection->ivf_stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  EXPECT_EQ(stats->trainings, 0u);
+}
+
 TEST(IvfIndex, FirstIvfQueryBuildsAndSavesOnce) {
   CornerStore s;
   ASSERT_NO_FATAL_FAILURE(s.open(true));
