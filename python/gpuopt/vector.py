@@ -40,11 +40,11 @@ import numpy as np
 from . import _arrays, _native
 from .errors import (
     AlreadyExistsError,
+    Error,
     GpuUnavailableError,
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
-    UnimplementedError,
 )
 
 __all__ = ["Store", "Collection", "open", "METRICS", "INDEXES", "ENGINES", "GPU_MAX_K"]
@@ -364,7 +364,10 @@ class Collection:
                         *self._query_cuda(queries, int(k), where_text, device, budget, stream),
                         report,
                     )
-                except (GpuUnavailableError, ResourceExhaustedError, UnimplementedError) as error:
+                except InvalidArgumentError:
+                    raise
+                except Error as error:
+                    # As the C++ kAuto: any GPU failure answers on the CPU, with the reason.
                     if engine == "gpu":
                         raise type(error)(f"query(engine='gpu'): {error}") from None
                     fallback = str(error)

@@ -210,3 +210,20 @@ def test_chunked_queries_merge_their_reports(store, rng, monkeypatch):
     np.testing.assert_array_equal(chunked_distances, whole[1])
     assert report["engine"] == "cpu"
 
+
+
+def test_stub_and_docstrings_cover_the_engine_api():
+    import inspect
+    import os
+
+    stub = open(
+        os.path.join(os.path.dirname(gpuopt.__file__), "_gpuopt.pyi"), encoding="utf-8"
+    ).read()
+    for name in ("def query_device", "def release_gpu", "def gpu_residency", "engine: str"):
+        assert name in stub, name
+    collection = gpuopt.vector.Collection
+    for name in ("query", "reindex", "build_ivf", "release_gpu", "info", "last_query_report"):
+        assert getattr(collection, name).__doc__, name
+    parameters = inspect.signature(collection.query).parameters
+    assert parameters["engine"].default == "auto"
+    assert parameters["engine"].kind is inspect.Parameter.KEYWORD_ONLY
