@@ -15,6 +15,16 @@ tensor's current torch stream through the store's device-pointer ingest), and ot
 Query results come back in the caller's framework and device. Calls release the GIL; a store's
 calls take turns, so threads may share it safely. Large query batches run in chunks, so Ctrl-C
 interrupts them between chunks.
+
+Engines: ``query(..., engine="auto")`` (the default) answers on the GPU when gpuopt was built with
+CUDA and a device answers, else on the CPU; ``engine="gpu"`` raises GpuUnavailableError naming
+why instead of falling back; ``engine="cpu"`` never touches a GPU. The first GPU query copies the
+collection's rows to the device and keeps them there (later queries copy only rows written
+since; ``release_gpu()`` or closing the store frees them), so host and CUDA queries alike pay the
+copy once. ``query(..., report=True)`` and ``last_query_report`` say which engine answered and why.
+CUDA tensor queries on the GPU engine stay on the device: ids and distances come back as CUDA
+tensors written on the caller's stream. The IVF index is saved in the store: ``reindex()`` trains
+and saves it, later IVF queries (also after reopening) load it, and ``info()["ivf"]`` shows it.
 """
 
 from __future__ import annotations
@@ -22,23 +32,74 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from . import _arrays, _native
-from .errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from .errors import (
+    AlreadyExistsError,
+    Error,
+    GpuUnavailableError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+)
 
-__all__ = ["Store", "Collection", "open", "METRICS", "INDEXES"]
+__all__ = ["Store", "Collection", "open", "METRICS", "INDEXES", "ENGINES", "GPU_MAX_K"]
 
 #: Distance metrics: squared L2, negative inner product, 1 - cosine similarity (smaller = closer).
 METRICS = ("l2", "ip", "cosine")
-#: Search indexes: brute force, or IVF-Flat (trained on first use, kept until the next write).
+#: Search indexes: brute force, or IVF-Flat (saved in the store: trained once, by reindex() or the
+#: first IVF query, and loaded on open).
 INDEXES = ("exact", "ivf")
+#: Query engines: the GPU where it can answer else the CPU, the GPU only, the CPU only.
+ENGINES = ("auto", "gpu", "cpu")
+#: The largest k the GPU engine answers ("auto" answers larger k on the CPU).
+GPU_MAX_K = 128
 
 Metadata = Mapping[str, "str | int | float"]
 # Queries per native call (see Collection.query).
 _QUERY_CHUNK = 2048
+
+
+def built_with_cuda() -> bool:
+    """True when the extension was built with CUDA (GPU calls can then work where a GPU is)."""
+    return bool(getattr(_native.require(), "built_with_cuda", False))
+
+
+def _empty_report(engine: str) -> dict[str, Any]:
+    return {
+        "engine": engine,
+        "fallback_reason": "",
+        "gpu_fused": False,
+        "gpu_small_batch": False,
+        "gpu_fallback_queries": 0,
+        "gpu_rows_uploaded": 0,
+        "gpu_upload_seconds": 0.0,
+        "ivf_built": False,
+        "ivf_retrained": False,
+        "ivf_build_seconds": 0.0,
+        "ivf_rows_assigned": 0,
+    }
+
+
+def _merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report for a query answered in chunks: counts and seconds add up; the engine is the
+    GPU only when every chunk's was."""
+    merged = dict(reports[0])
+    for other in reports[1:]:
+        for key in ("gpu_fallback_queries", "gpu_rows_uploaded", "ivf_rows_assigned"):
+            merged[key] += other[key]
+        for key in ("gpu_upload_seconds", "ivf_build_seconds"):
+            merged[key] += other[key]
+        for key in ("gpu_fused", "gpu_small_batch", "ivf_built", "ivf_retrained"):
+            merged[key] = merged[key] or other[key]
+        if other["engine"] != merged["engine"]:
+            merged["engine"] = "cpu" if "cpu" in (other["engine"], merged["engine"]) else "gpu"
+        merged["fallback_reason"] = merged["fallback_reason"] or other["fallback_reason"]
+    return merged
 
 
 def _metadata_rows(metadata: Sequence[Metadata] | None, count: int) -> list[str] | None:
@@ -98,6 +159,7 @@ class Collection:
         """Use Store.collection() / create_collection(); not constructed directly."""
         self._native = native
         self._store = store
+        self._last = threading.local()  # last_query_report, one per thread
 
     def __repr__(self) -> str:
         return f"Collection(name={self.name!r}, dim={self.dim}, metric={self.metric!r})"
@@ -227,21 +289,47 @@ class Collection:
         where: Mapping[str, Any] | str | None = None,
         index: str = "exact",
         *,
+        engine: str = "auto",
         nprobe: int = 8,
         nlist: int = 0,
         threads: int = 0,
-    ) -> tuple[Any, Any]:
+        device: int | None = None,
+        gpu_memory_budget: int = 0,
+        stream: Any = None,
+        report: bool = False,
+    ) -> tuple[Any, Any] | tuple[Any, Any, dict[str, Any]]:
         """The k nearest live vectors of each query: ``(ids, distances)``, each [q, k], closest
         first; rows with fewer than k matches are padded with id -1 and distance inf.
 
         Args:
             queries: [q, dim] numpy/list, or a torch tensor (CPU or CUDA; results come back as
                 torch tensors on the same device).
-            k: neighbours per query (>= 1).
+            k: neighbours per query (>= 1; the GPU answers k <= 128).
             where: a filter dict (or its JSON text), e.g. ``{"year": {"$gte": 2000}}``.
-            index: "exact" (brute force) or "ivf" (IVF-Flat, trained on first use).
-            nprobe: IVF lists scanned per query. nlist: IVF lists (0 = about 4*sqrt(rows)).
+            index: "exact" (brute force) or "ivf" (IVF-Flat: the index saved in the store, trained
+                and saved by the first IVF query when none is; see reindex()).
+            engine: "auto" (the default: the GPU when it can answer, else the CPU, with the reason
+                in the report), "gpu" (GpuUnavailableError naming why when no GPU can answer) or
+                "cpu". The first GPU query copies the collection's rows to the device and the
+                copy stays there (later queries copy only rows written since) until
+                release_gpu() or the store closes.
+            nprobe: IVF lists scanned per query. nlist: IVF lists when the first IVF query
+                trains the index (0 = about 4*sqrt(rows)).
             threads: CPU threads (0 = all).
+            device: the CUDA device of the GPU copy; None = the queries' device for CUDA
+                tensors, else 0.
+            gpu_memory_budget: bytes the GPU copy may take (0 = no cap). Past it "gpu" raises
+                ResourceExhaustedError and "auto" answers on the CPU.
+            stream: for CUDA tensor queries, a torch stream or cudaStream_t integer; None = torch's
+                current stream on the queries' device.
+            report: True returns ``(ids, distances, report)``; the report is also kept in
+                ``last_query_report`` (per thread).
+
+        CUDA tensor queries on the GPU engine (exact index) are read from device memory and the
+        results are written into new CUDA tensors on the stream, with no host copy of either; the
+        call waits for a [q] flag array only (near-ties the fused kernel hands to the exact
+        cuBLAS path). Other dtypes are converted to float32 on the device. IVF, or the CPU,
+        answer CUDA queries through a host copy (the report's ``queries_on_device`` is False).
 
         Distances: squared L2, negative inner product, or 1 - cosine (per the metric).
         """
@@ -249,36 +337,164 @@ class Collection:
             raise InvalidArgumentError(f"k: expected an integer >= 1, got {k!r}")
         if index not in INDEXES:
             raise InvalidArgumentError(f"index: {index!r}; expected one of {INDEXES}")
-        device = None
+        if engine not in ENGINES:
+            raise InvalidArgumentError(f"engine: {engine!r}; expected one of {ENGINES}")
+        if device is not None and (
+            isinstance(device, bool) or not isinstance(device, (int, np.integer)) or device < 0
+        ):
+            raise InvalidArgumentError(f"device: expected an integer >= 0 or None, got {device!r}")
+        for name, value in (("nprobe", nprobe), ("nlist", nlist), ("threads", threads)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise InvalidArgumentError(f"{name}: expected an integer >= 0, got {value!r}")
+        if (
+            isinstance(gpu_memory_budget, bool)
+            or not isinstance(gpu_memory_budget, (int, np.integer))
+            or gpu_memory_budget < 0
+        ):
+            raise InvalidArgumentError(
+                f"gpu_memory_budget: expected bytes >= 0, got {gpu_memory_budget!r}"
+            )
+        where_text = _where_text(where)
+        budget = int(gpu_memory_budget)
+        fallback = ""
+        if _arrays.is_cuda_torch(queries):
+            if engine != "cpu" and index == "exact" and k <= GPU_MAX_K:
+                try:
+                    return self._finish(
+                        *self._query_cuda(queries, int(k), where_text, device, budget, stream),
+                        report,
+                    )
+                except InvalidArgumentError:
+                    raise
+                except Error as error:
+                    # As the C++ kAuto: any GPU failure answers on the CPU, with the reason.
+                    if engine == "gpu":
+                        raise type(error)(f"query(engine='gpu'): {error}") from None
+                    fallback = str(error)
+        ids, distances, how = self._query_host(
+            queries, int(k), where_text, index, engine, int(nprobe), int(nlist), int(threads),
+            device, budget,
+        )
+        if fallback and how["engine"] == "cpu" and not how["fallback_reason"]:
+            how["fallback_reason"] = fallback
+        return self._finish(ids, distances, how, report)
+
+    def _finish(self, ids: Any, distances: Any, how: dict[str, Any], report: bool) -> Any:
+        self._last.report = how
+        return (ids, distances, how) if report else (ids, distances)
+
+    def _query_host(
+        self,
+        queries: Any,
+        k: int,
+        where_text: str,
+        index: str,
+        engine: str,
+        nprobe: int,
+        nlist: int,
+        threads: int,
+        device: int | None,
+        budget: int,
+    ) -> tuple[Any, Any, dict[str, Any]]:
+        torch_device = None
         if _arrays.is_torch(queries):
-            device = queries.device
+            torch_device = queries.device
+            if device is None and queries.is_cuda:
+                device = queries.device.index or 0
             queries = queries.detach().to("cpu")
         host = _arrays.host_matrix(queries, "queries", self.dim)
-        where_text = _where_text(where)
         # Large batches go in chunks: between chunks Python runs its signal handlers, so Ctrl-C
         # stops a long query within one chunk's time (queries are independent of each other).
-        parts = [
-            self._native.query(
-                host[start : start + _QUERY_CHUNK],
-                int(k),
-                index,
-                int(nprobe),
-                int(nlist),
-                where_text,
-                int(threads),
-            )
-            for start in range(0, max(1, host.shape[0]), _QUERY_CHUNK)
-        ]
+        parts = []
+        for start in range(0, max(1, host.shape[0]), _QUERY_CHUNK):
+            try:
+                parts.append(
+                    self._native.query(
+                        host[start : start + _QUERY_CHUNK], k, index, nprobe, nlist, where_text,
+                        threads, engine, 0 if device is None else int(device), budget,
+                    )
+                )
+            except (GpuUnavailableError, ResourceExhaustedError) as error:
+                if engine != "gpu":
+                    raise
+                raise type(error)(f"query(engine='gpu'): {error}") from None
         if len(parts) == 1:
-            ids, distances = parts[0]
+            ids, distances, how = parts[0]
         else:
             ids = np.concatenate([p[0] for p in parts])
             distances = np.concatenate([p[1] for p in parts])
-        if device is not None:
+            how = _merge_reports([p[2] for p in parts])
+        how["requested_engine"] = engine
+        how["queries_on_device"] = False
+        if torch_device is not None:
             import torch
 
-            return torch.from_numpy(ids).to(device), torch.from_numpy(distances).to(device)
-        return ids, distances
+            return (
+                torch.from_numpy(ids).to(torch_device),
+                torch.from_numpy(distances).to(torch_device),
+                how,
+            )
+        return ids, distances, how
+
+    def _query_cuda(
+        self, queries: Any, k: int, where_text: str, device: int | None, budget: int, stream: Any
+    ) -> tuple[Any, Any, dict[str, Any]]:
+        """Device queries in, device results out, on one CUDA stream (see query())."""
+        import torch
+
+        if not built_with_cuda():
+            raise GpuUnavailableError("gpuopt was built without CUDA")
+        if queries.dim() != 2 or queries.shape[1] != self.dim:
+            raise InvalidArgumentError(
+                f"queries: shape {tuple(queries.shape)}; expected [q, {self.dim}]"
+            )
+        if queries.dtype == torch.bool or queries.dtype.is_complex:
+            raise InvalidArgumentError(f"queries: dtype {queries.dtype} is not a real number type")
+        gpu = queries.device.index or 0
+        if device is not None and int(device) != gpu:
+            raise InvalidArgumentError(
+                f"device: {device}, but the queries are on cuda:{gpu}; "
+                "the GPU copy answers queries on its own device"
+            )
+        if k > GPU_MAX_K:
+            raise InvalidArgumentError(f"k {k} is above the GPU engine's largest, {GPU_MAX_K}")
+        with torch.cuda.device(gpu):
+            if stream is None:
+                use = torch.cuda.current_stream(gpu)
+            elif isinstance(stream, torch.cuda.Stream):
+                use = stream
+            else:
+                use = torch.cuda.ExternalStream(int(getattr(stream, "cuda_stream", stream)))
+            with torch.cuda.stream(use):
+                queries = queries.detach().to(torch.float32).contiguous()
+                count = queries.shape[0]
+                ids = torch.empty((count, k), dtype=torch.int64, device=queries.device)
+                distances = torch.empty((count, k), dtype=torch.float32, device=queries.device)
+                reports = []
+                for start in range(0, count, _QUERY_CHUNK):
+                    end = min(count, start + _QUERY_CHUNK)
+                    reports.append(
+                        self._native.query_device(
+                            queries[start:end], ids[start:end].data_ptr(),
+                            distances[start:end].data_ptr(), int(use.cuda_stream), k, where_text,
+                            gpu, budget,
+                        )
+                    )
+                # The engine marks "no row" with FLT_MAX; the API's padding is inf.
+                distances.masked_fill_(ids < 0, math.inf)
+        how = _merge_reports(reports) if reports else _empty_report("gpu")
+        how["requested_engine"] = "gpu"
+        how["queries_on_device"] = True
+        return ids, distances, how
+
+    @property
+    def last_query_report(self) -> dict[str, Any] | None:
+        """How this thread's latest query() of this Collection object answered, or None before one:
+        ``engine`` ("cpu" or "gpu"), ``requested_engine``, ``fallback_reason`` (why "auto"
+        answered on the CPU), ``queries_on_device``, ``gpu_fused``, ``gpu_small_batch``,
+        ``gpu_fallback_queries``, ``gpu_rows_uploaded``, ``gpu_upload_seconds``, ``ivf_built``,
+        ``ivf_retrained``, ``ivf_build_seconds``, ``ivf_rows_assigned``."""
+        return getattr(self._last, "report", None)
 
     def delete(self, ids: Any) -> int:
         """Deletes the ids that exist; returns how many did. Durable when it returns."""
@@ -295,18 +511,75 @@ class Collection:
         """One past the largest id below 2**63 (0 when empty): where add(ids=None) starts."""
         return self._native.next_free_id()
 
-    def build_ivf(
-        self, nlist: int = 0, *, iterations: int = 10, seed: int = 1234, threads: int = 0
+    def reindex(
+        self,
+        nlist: int = 0,
+        *,
+        engine: str = "auto",
+        iterations: int = 10,
+        seed: int = 1234,
+        threads: int = 0,
+        device: int = 0,
     ) -> float:
-        """(Re)trains the IVF index now (else the first IVF query does); returns seconds taken."""
-        return self._native.build_ivf(int(nlist), int(iterations), int(seed), int(threads))
+        """(Re)trains the IVF index now and saves it in the store (atomically replacing the saved
+        one); returns the training seconds. Later IVF queries, in this and other processes and
+        after a reopen, use it without retraining; rows added later are assigned to its lists.
+
+        Args:
+            nlist: lists (0 = about 4*sqrt(rows), a power of two).
+            engine: where k-means runs: "auto" (the GPU when one answers), "gpu" or "cpu".
+            iterations, seed: k-means iterations and sampling seed. threads: CPU threads (0 = all).
+            device: the CUDA device for "gpu"/"auto".
+
+        ``info()["ivf"]`` reports the saved index and its drift (``retrain_recommended``).
+        """
+        if engine not in ENGINES:
+            raise InvalidArgumentError(f"engine: {engine!r}; expected one of {ENGINES}")
+        for name, value in (("nlist", nlist), ("threads", threads), ("device", device)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise InvalidArgumentError(f"{name}: expected an integer >= 0, got {value!r}")
+        if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)):
+            raise InvalidArgumentError(f"iterations: expected an integer >= 1, got {iterations!r}")
+        try:
+            return self._native.build_ivf(
+                int(nlist), int(iterations), int(seed), int(threads), engine, int(device)
+            )
+        except GpuUnavailableError as error:
+            if engine != "gpu":
+                raise
+            raise GpuUnavailableError(f"reindex(engine='gpu'): {error}") from None
+
+    def build_ivf(
+        self,
+        nlist: int = 0,
+        *,
+        iterations: int = 10,
+        seed: int = 1234,
+        threads: int = 0,
+        engine: str = "auto",
+        device: int = 0,
+    ) -> float:
+        """The same as reindex()."""
+        return self.reindex(
+            nlist, engine=engine, iterations=iterations, seed=seed, threads=threads, device=device
+        )
+
+    def release_gpu(self) -> None:
+        """Frees the GPU copies of the rows and of the IVF lists (the next GPU query makes them
+        again). Closing the store frees them too."""
+        self._native.release_gpu()
 
     def verify(self) -> None:
         """Checks every segment's CRC32C; DataLossError naming the file on a mismatch."""
         self._native.verify()
 
     def info(self) -> dict[str, Any]:
-        """name, dim, metric, live, deleted, segment_bytes, segments (`gpuopt vector info`)."""
+        """The collection's state, as `gpuopt vector info`: name, dim, metric, live, deleted,
+        segment_bytes, segments; ``ivf``: the saved IVF index (present, file, error, generation,
+        nlist, train_engine, train_seconds, trained_rows, rows_since_training, growth,
+        distance_ratio, retrain_recommended, trainings = k-means runs by this Store object);
+        ``gpu``: the resident GPU copies (resident, device, rows, device_bytes, ivf_resident,
+        ivf_device, ivf_rows)."""
         return self._native.stats()
 
 

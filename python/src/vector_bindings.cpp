@@ -68,6 +68,97 @@ std::vector<vector::Metadata> parse_metadata_rows(
   return parsed;
 }
 
+nb::dict report_dict(const vector::QueryReport& report) {
+  nb::dict result;
+  result["engine"] = std::string(vector::query_engine_name(report.engine));
+  result["fallback_reason"] = report.fallback_reason;
+  result["gpu_fused"] = report.gpu_fused;
+  result["gpu_small_batch"] = report.gpu_small_batch;
+  result["gpu_fallback_queries"] = report.gpu_fallback_queries;
+  result["gpu_rows_uploaded"] = report.gpu_rows_uploaded;
+  result["gpu_upload_seconds"] = report.gpu_upload_seconds;
+  result["ivf_built"] = report.ivf_built;
+  result["ivf_retrained"] = report.ivf_retrained;
+  result["ivf_build_seconds"] = report.ivf_build_seconds;
+  result["ivf_rows_assigned"] = report.ivf_rows_assigned;
+  return result;
+}
+
+nb::dict ivf_dict(const vector::IvfIndexStats& ivf) {
+  nb::dict result;
+  result["present"] = ivf.present;
+  result["file"] = ivf.file;
+  result["error"] = ivf.error;
+  result["generation"] = ivf.generation;
+  result["nlist"] = ivf.nlist;
+  result["train_engine"] = ivf.train_engine;
+  result["train_seconds"] = ivf.train_seconds;
+  result["trained_rows"] = ivf.trained_rows;
+  result["rows_since_training"] = ivf.rows_since_training;
+  result["growth"] = ivf.growth;
+  result["trained_mean_distance"] = ivf.trained_mean_distance;
+  result["added_mean_distance"] = ivf.added_mean_distance;
+  result["distance_ratio"] = ivf.distance_ratio;
+  result["retrain_recommended"] = ivf.retrain_recommended;
+  result["trainings"] = ivf.trainings;
+  return result;
+}
+
+nb::dict residency_dict(const vector::GpuResidency& residency) {
+  nb::dict result;
+  result["resident"] = residency.exact;
+  result["device"] = residency.device;
+  result["rows"] = residency.rows;
+  result["device_bytes"] = residency.device_bytes;
+  result["ivf_resident"] = residency.ivf;
+  result["ivf_device"] = residency.ivf_device;
+  result["ivf_rows"] = residency.ivf_rows;
+  return result;
+}
+
+// The engine settings every query binding takes.
+vector::QueryOptions query_options(std::size_t k, const std::string& index, std::size_t nprobe,
+                                   std::size_t nlist, const std::string& where, int threads,
+                                   const std::string& engine, int device,
+                                   std::size_t memory_budget) {
+  if (k == 0) throw StatusError(invalid_argument("k must be at least 1"));
+  if (device < 0) {
+    throw StatusError(invalid_argument("device " + std::to_string(device) + " is negative"));
+  }
+  vector::QueryOptions options;
+  options.k = k;
+  options.index = value_or_throw(vector::parse_index_kind(index));
+  options.nprobe = nprobe;
+  options.ivf.nlist = nlist;
+  options.ivf.device = device;
+  options.where_json = where;
+  options.threads = threads;
+  options.engine = value_or_throw(vector::parse_query_engine(engine));
+  options.gpu.device = device;
+  options.gpu.memory_budget_bytes = memory_budget;
+  return options;
+}
+
+// A DLPack view of a tensor nanobind imported (shape/strides copied into `shape`/`strides`).
+vector::DLTensor dlpack_view(const nb::ndarray<>& tensor, std::vector<std::int64_t>& shape,
+                             std::vector<std::int64_t>& strides) {
+  shape.assign(tensor.shape_ptr(), tensor.shape_ptr() + tensor.ndim());
+  strides.clear();
+  if (tensor.stride_ptr() != nullptr) {
+    strides.assign(tensor.stride_ptr(), tensor.stride_ptr() + tensor.ndim());
+  }
+  vector::DLTensor view{};
+  view.data = const_cast<void*>(static_cast<const void*>(tensor.data()));  // offset applied
+  view.device = {static_cast<std::int32_t>(tensor.device_type()),
+                 static_cast<std::int32_t>(tensor.device_id())};
+  view.ndim = static_cast<std::int32_t>(tensor.ndim());
+  view.dtype = {tensor.dtype().code, tensor.dtype().bits, tensor.dtype().lanes};
+  view.shape = shape.data();
+  view.strides = strides.empty() ? nullptr : strides.data();
+  view.byte_offset = 0;
+  return view;
+}
+
 class PyCollection {
  public:
   PyCollection(std::shared_ptr<StoreHandle> handle, vector::Collection* collection)
@@ -103,20 +194,8 @@ class PyCollection {
   void add_dlpack(HostIds ids, nb::ndarray<> tensor, std::uintptr_t stream,
                   std::optional<std::vector<std::string>> metadata, bool replace) {
     auto rows = parse_metadata_rows(metadata, ids.shape(0));
-    std::vector<std::int64_t> shape(tensor.shape_ptr(), tensor.shape_ptr() + tensor.ndim());
-    std::vector<std::int64_t> strides;
-    if (tensor.stride_ptr() != nullptr) {
-      strides.assign(tensor.stride_ptr(), tensor.stride_ptr() + tensor.ndim());
-    }
-    vector::DLTensor view{};
-    view.data = const_cast<void*>(static_cast<const void*>(tensor.data()));  // offset applied
-    view.device = {static_cast<std::int32_t>(tensor.device_type()),
-                   static_cast<std::int32_t>(tensor.device_id())};
-    view.ndim = static_cast<std::int32_t>(tensor.ndim());
-    view.dtype = {tensor.dtype().code, tensor.dtype().bits, tensor.dtype().lanes};
-    view.shape = shape.data();
-    view.strides = strides.empty() ? nullptr : strides.data();
-    view.byte_offset = 0;
+    std::vector<std::int64_t> shape, strides;
+    const vector::DLTensor view = dlpack_view(tensor, shape, strides);
     nb::gil_scoped_release release;
     StoreLock lock(*handle_);
     throw_if_error(collection_->add_dlpack({ids.data(), ids.shape(0)}, view,
@@ -148,21 +227,17 @@ class PyCollection {
     return value_or_throw(collection_->next_free_id());
   }
 
+  // (ids, distances, report): host queries on options.engine.
   nb::tuple query(HostVectors queries, std::size_t k, const std::string& index, std::size_t nprobe,
-                  std::size_t nlist, const std::string& where, int threads) {
+                  std::size_t nlist, const std::string& where, int threads,
+                  const std::string& engine, int device, std::size_t memory_budget) {
     if (queries.shape(1) != dim_) {
       throw StatusError(invalid_argument("queries have dimension " +
                                          std::to_string(queries.shape(1)) + ", collection \"" +
                                          name_ + "\" has " + std::to_string(dim_)));
     }
-    if (k == 0) throw StatusError(invalid_argument("k must be at least 1"));
-    vector::QueryOptions options;
-    options.k = k;
-    options.index = value_or_throw(vector::parse_index_kind(index));
-    options.nprobe = nprobe;
-    options.ivf.nlist = nlist;
-    options.where_json = where;
-    options.threads = threads;
+    const vector::QueryOptions options =
+        query_options(k, index, nprobe, nlist, where, threads, engine, device, memory_budget);
     const std::size_t count = queries.shape(0);
     auto* ids = new std::vector<std::int64_t>(count * k, -1);
     auto* distances = new std::vector<float>(count * k, std::numeric_limits<float>::infinity());
@@ -170,12 +245,13 @@ class PyCollection {
         ids, [](void* p) noexcept { delete static_cast<std::vector<std::int64_t>*>(p); });
     nb::capsule distances_owner(
         distances, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+    vector::QueryReport report;
     {
       nb::gil_scoped_release release;
       vector::SearchResults results;
       {
         StoreLock lock(*handle_);
-        results = value_or_throw(collection_->query(queries.data(), count, options));
+        results = value_or_throw(collection_->query(queries.data(), count, options, &report));
       }
       for (std::size_t q = 0; q < results.size() && q < count; ++q) {
         for (std::size_t i = 0; i < results[q].size() && i < k; ++i) {
@@ -187,17 +263,70 @@ class PyCollection {
     nb::ndarray<nb::numpy, std::int64_t, nb::ndim<2>> id_array(ids->data(), {count, k}, ids_owner);
     nb::ndarray<nb::numpy, float, nb::ndim<2>> distance_array(distances->data(), {count, k},
                                                               distances_owner);
-    return nb::make_tuple(id_array, distance_array);
+    return nb::make_tuple(id_array, distance_array, report_dict(report));
   }
 
-  double build_ivf(std::size_t nlist, int iterations, std::uint64_t seed, int threads) {
+  // Device queries (a CUDA DLPack tensor [q, dim] float32) answered on the GPU into the caller's
+  // device arrays `ids` (int64 [q, k], -1 where no row) and `distances` (float32 [q, k], FLT_MAX
+  // where no row), both given as device addresses, on `stream`. Returns the report.
+  nb::dict query_device(nb::ndarray<> queries, std::uintptr_t ids, std::uintptr_t distances,
+                        std::uintptr_t stream, std::size_t k, const std::string& where, int device,
+                        std::size_t memory_budget) {
+    vector::QueryOptions options =
+        query_options(k, "exact", 0, 0, where, 0, "gpu", device, memory_budget);
+    if (ids == 0 || distances == 0) {
+      throw StatusError(invalid_argument("query_device: null result array"));
+    }
+    std::vector<std::int64_t> shape, strides;
+    const vector::DLTensor view = dlpack_view(queries, shape, strides);
+    vector::GpuDeviceResults results;
+    // int64 -1 and uint64 ~0 have the same bits: the ids land as Python expects them.
+    results.ids = reinterpret_cast<std::uint64_t*>(ids);
+    results.distances = reinterpret_cast<float*>(distances);
+    vector::QueryReport report;
+    {
+      nb::gil_scoped_release release;
+      StoreLock lock(*handle_);
+      throw_if_error(collection_->query_device(view, options, results,
+                                               reinterpret_cast<void*>(stream), &report));
+    }
+    return report_dict(report);
+  }
+
+  double build_ivf(std::size_t nlist, int iterations, std::uint64_t seed, int threads,
+                   const std::string& engine, int device) {
+    if (iterations < 1) {
+      throw StatusError(
+          invalid_argument("iterations " + std::to_string(iterations) + " must be at least 1"));
+    }
+    if (device < 0) {
+      throw StatusError(invalid_argument("device " + std::to_string(device) + " is negative"));
+    }
     vector::IvfParams params;
     params.nlist = nlist;
     params.iterations = iterations;
     params.seed = seed;
+    params.engine = value_or_throw(vector::parse_query_engine(engine));
+    params.device = device;
     nb::gil_scoped_release release;
     StoreLock lock(*handle_);
     return value_or_throw(collection_->build_ivf(params, threads));
+  }
+
+  void release_gpu() {
+    nb::gil_scoped_release release;
+    StoreLock lock(*handle_);
+    collection_->release_gpu();
+  }
+
+  nb::dict gpu_residency() {
+    vector::GpuResidency residency;
+    {
+      nb::gil_scoped_release release;
+      StoreLock lock(*handle_);
+      residency = collection_->gpu_residency();
+    }
+    return residency_dict(residency);
   }
 
   void verify() {
@@ -208,10 +337,12 @@ class PyCollection {
 
   nb::dict stats() {
     vector::CollectionStats stats;
+    vector::GpuResidency residency;
     {
       nb::gil_scoped_release release;
       StoreLock lock(*handle_);
       stats = collection_->stats();
+      residency = collection_->gpu_residency();
     }
     nb::dict result;
     result["name"] = stats.name;
@@ -231,6 +362,8 @@ class PyCollection {
       segments.append(entry);
     }
     result["segments"] = segments;
+    result["ivf"] = ivf_dict(stats.ivf);
+    result["gpu"] = residency_dict(residency);
     return result;
   }
 
@@ -335,12 +468,25 @@ void bind_vector(nb::module_& module) {
            "One past the largest id below 2**63 (0 when empty).")
       .def("query", &PyCollection::query, nb::arg("queries"), nb::arg("k"), nb::arg("index"),
            nb::arg("nprobe"), nb::arg("nlist"), nb::arg("where"), nb::arg("threads"),
-           "(ids int64 [q, k], distances float32 [q, k]), closest first; -1 and inf pad rows "
-           "with fewer than k hits.")
+           nb::arg("engine"), nb::arg("device"), nb::arg("memory_budget"),
+           "(ids int64 [q, k], distances float32 [q, k], report dict), closest first; -1 and inf "
+           "pad rows with fewer than k hits. engine: \"cpu\", \"gpu\" or \"auto\".")
+      .def("query_device", &PyCollection::query_device, nb::arg("queries").noconvert(),
+           nb::arg("ids"), nb::arg("distances"), nb::arg("stream"), nb::arg("k"), nb::arg("where"),
+           nb::arg("device"), nb::arg("memory_budget"),
+           "Exact GPU search of CUDA queries [q, dim] float32 into device arrays at addresses "
+           "`ids` (int64 [q, k], -1 = none) and `distances` (float32 [q, k], FLT_MAX = none) on "
+           "`stream` (a cudaStream_t as an integer); returns the report dict.")
       .def("build_ivf", &PyCollection::build_ivf, nb::arg("nlist"), nb::arg("iterations"),
-           nb::arg("seed"), nb::arg("threads"), "Trains the IVF index now; returns seconds.")
+           nb::arg("seed"), nb::arg("threads"), nb::arg("engine"), nb::arg("device"),
+           "Trains the IVF index now (k-means on `engine`), saves it; returns seconds.")
+      .def("release_gpu", &PyCollection::release_gpu,
+           "Frees the GPU copies of the rows and IVF lists (the next GPU query makes them again).")
+      .def("gpu_residency", &PyCollection::gpu_residency,
+           "Which GPU copies are resident, on which device, rows and bytes, as a dict.")
       .def("verify", &PyCollection::verify, "Checks every segment's CRC32C.")
-      .def("stats", &PyCollection::stats, "Rows, deletions and segments as a dict.");
+      .def("stats", &PyCollection::stats,
+           "Rows, deletions, segments, the IVF index state and the GPU copies as a dict.");
 
   nb::class_<PyStore>(module, "VectorStore",
                       "An embedded vector store directory (native half of gpuopt.vector.Store).")

@@ -1563,6 +1563,57 @@ void Collection::release_gpu() {
   state_->gpu.reset();
   state_->gpu_segments = 0;
   state_->gpu_device = -1;
+  state_->ivf_gpu.reset();
+}
+
+GpuResidency Collection::gpu_residency() const {
+  const State& s = *state_;
+  GpuResidency residency;
+  if (s.gpu != nullptr) {
+    residency.exact = true;
+    residency.device = s.gpu->device();
+    residency.rows = s.gpu->rows();
+    residency.device_bytes = s.gpu->device_bytes();
+  }
+  if (s.ivf_gpu != nullptr) {
+    residency.ivf = true;
+    residency.ivf_device = s.ivf_gpu->device();
+    residency.ivf_rows = s.ivf_gpu->rows();
+  }
+  return residency;
+}
+
+Status Collection::query_device(const DLTensor& queries, const QueryOptions& options,
+                                const GpuDeviceResults& results, void* stream,
+                                QueryReport* report) {
+  State& s = *state_;
+  if (options.index != IndexKind::kExact) {
+    return unimplemented(
+        "query_device: device queries are answered by the exact index only (the IVF lists take "
+        "host queries)");
+  }
+  if (std::string reason = gpu_unsupported_reason(options); !reason.empty()) {
+    return invalid_argument(reason);
+  }
+  // A GPU query of no rows runs every step query() takes before searching: it brings the
+  // resident copy up to the committed segments and the allow mask up to the deletes and `where`.
+  QueryOptions prepare = options;
+  prepare.engine = QueryEngine::kGpu;
+  QueryReport how;
+  GPUOPT_RETURN_IF_ERROR(query(nullptr, 0, prepare, &how).status());
+  if (s.gpu == nullptr) return internal_error("query_device: no GPU copy after preparing one");
+  const bool everything_live = s.dead_count == 0 && options.where_json.empty();
+  GpuSearchOptions search;
+  search.k = options.k;
+  search.precision = options.gpu.precision;
+  search.tile_rows = options.gpu.tile_rows;
+  search.allow_mask = everything_live ? nullptr : s.mask_cache.data();
+  search.allow_mask_version = everything_live ? 0 : s.mask_version;
+  search.small_batch_max_queries = options.gpu.small_batch_max_queries;
+  GPUOPT_RETURN_IF_ERROR(s.gpu->search_dlpack(queries, search, results, stream));
+  how.engine = QueryEngine::kGpu;
+  if (report != nullptr) *report = how;
+  return ok_status();
 }
 
 Status Collection::verify() {

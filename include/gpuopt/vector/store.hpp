@@ -103,8 +103,20 @@ struct CompactReport {
   std::size_t rows_dropped = 0;  // deleted rows no longer kept
 };
 
+// The GPU engine's resident copies of a collection (Collection::gpu_residency).
+struct GpuResidency {
+  bool exact = false;            // the exact search's copy of the rows is on a device
+  int device = -1;               // its device (-1 when none)
+  std::size_t rows = 0;          // rows it holds
+  std::size_t device_bytes = 0;  // device memory its buffers take (capacity, not only rows)
+  bool ivf = false;              // the IVF lists' copy is on a device
+  int ivf_device = -1;
+  std::size_t ivf_rows = 0;
+};
+
 class Store;
-struct DLTensor;  // gpu_search.hpp
+struct DLTensor;          // gpu_search.hpp
+struct GpuDeviceResults;  // gpu_search.hpp
 
 class Collection {
  public:
@@ -153,7 +165,20 @@ class Collection {
   // queries copy only the rows written since; deletes and filters travel as a per-query bitset.
   StatusOr<SearchResults> query(const float* queries, std::size_t query_count,
                                 const QueryOptions& options, QueryReport* report = nullptr);
-  // Frees the GPU engine's copy of the rows (the next GPU query makes it again).
+  // The exact GPU search with the queries and the results in device memory: `queries` is a
+  // DLPack tensor [n, dim] float32, compact row-major, on CUDA device options.gpu.device; `results`
+  // are arrays on that device (GpuDeviceResults: distances, ids, positions, [n, k]; FLT_MAX / ~0
+  // where fewer than k rows are allowed). Same resident copy, deletes and `where` filter as
+  // query() with kGpu; the work is queued on `stream` (a cudaStream_t; null = the copy's own
+  // stream). It waits only where query() with kGpu copies rows (the first call, new segments) and,
+  // unless results.unresolved is given, for the near-tie flags (GpuDataset::search_device).
+  // options.engine is not consulted (this is the GPU engine); options.index must be kExact
+  // (UNIMPLEMENTED for kIvf: its lists take host queries). `report` (may be null): engine kGpu and
+  // the rows this call copied.
+  Status query_device(const DLTensor& queries, const QueryOptions& options,
+                      const GpuDeviceResults& results, void* stream, QueryReport* report = nullptr);
+  // Frees the GPU engine's copies of the rows and of the IVF lists (the next GPU query makes
+  // them again).
   void release_gpu();
   // Merges small segments and drops deleted rows, as crash-safe as a write: the new segments are
   // written and fsync'd, one transaction swaps them into the catalogue (ids follow their rows),
@@ -162,6 +187,8 @@ class Collection {
   // next read. Live rows, ids and metadata are unchanged; row order (and with it any position)
   // is not. Takes the writer lock.
   StatusOr<CompactReport> compact(const CompactOptions& options = {});
+  // Which GPU copies are resident now, where, and their size.
+  GpuResidency gpu_residency() const;
   // (Re)trains the IVF index now (k-means on params.engine), assigns every row and saves it in
   // the store (atomically replacing the previous one); returns the training time in seconds.
   StatusOr<double> build_ivf(const IvfParams& params, int threads = 0);
