@@ -60,7 +60,7 @@ start_server "$work/reader.log" "$work/reader.sock" --read-only
 "$gpuopt" vector send "$work/data.idx" --socket "$work/serve.sock" --limit 50 >/dev/null ||
   { echo "send failed"; exit 1; }
 count=$("$gpuopt" vector send "$work/data.idx" --socket "$work/reader.sock" --limit 1 2>&1)
-echo "$count" | grep -q "FAILED_PRECONDITION" || { echo "read-only server took a write: $count"; exit 1; }
+echo "$count" | grep -q "open read-only" || { echo "read-only server took a write: $count"; exit 1; }
 reader_ids=$("$gpuopt" vector query "$work/data.idx" --socket "$work/reader.sock" --limit 20 --k 5 --json | ids_of)
 writer_ids=$("$gpuopt" vector query "$work/data.idx" --socket "$work/serve.sock" --limit 20 --k 5 --json | ids_of)
 [ "$reader_ids" = "$writer_ids" ] || { echo "reader and writer servers disagree"; exit 1; }
