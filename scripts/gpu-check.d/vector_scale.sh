@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-check-timeout: 480
+# gpu-check-timeout: 300
 # The vector store at 10M x 128: writes synthetic clustered fp32 vectors (numpy, in chunks) to a
 # 5.1 GB .npy, imports it with `gpuopt vector import` (ingest rate, peak RSS), runs the exact GPU
 # search on 1000 queries (QPS, device memory seen by nvidia-smi) and scores its ids against float64
