@@ -857,12 +857,23 @@ StatusOr<Record> Collection::get(std::uint64_t id) const {
   State& s = *state_;
   // The lookup and the refresh in one read transaction: the row the catalogue names is then
   // always one of the segments mapped, even while another process commits.
-  GPUOPT_RETURN_IF_ERROR(exec(s.db, "BEGIN"));
-  auto found = get_in_transaction(s, id);
-  Status ended = exec(s.db, "COMMIT");
-  if (!found.ok()) return found.status();
-  GPUOPT_RETURN_IF_ERROR(ended);
-  return found;
+  for (int attempt = 0;; ++attempt) {
+    GPUOPT_ASSIGN_OR_RETURN(std::int64_t before, s.catalogue->data_version());
+    GPUOPT_RETURN_IF_ERROR(exec(s.db, "BEGIN"));
+    auto found = get_in_transaction(s, id);
+    Status ended = exec(s.db, found.ok() ? "COMMIT" : "ROLLBACK");
+    if (found.ok()) {
+      GPUOPT_RETURN_IF_ERROR(ended);
+      return found;
+    }
+    // A compaction in another process may have removed a segment file that this transaction's
+    // snapshot still named: when the catalogue has moved on since, read it again from the start.
+    if (attempt >= 3 || found.status().code() == StatusCode::kNotFound) return found.status();
+    auto now = s.catalogue->data_version();
+    if (!now.ok() || *now == before) return found.status();
+    s.clear_rows();
+    s.seen_version = -1;
+  }
 }
 
 StatusOr<Record> Collection::get_in_transaction(State& s, std::uint64_t id) {

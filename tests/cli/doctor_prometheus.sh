@@ -53,4 +53,20 @@ for name in sorted(os.listdir(work)):
 PY
 grep -q '^DCGM_FI_DEV_PCIE_LINK_GEN{gpu="0",.*pci_bus_id="00000000:17:00.0"' "$work/h200-healthy.prom" \
   || { echo "FAIL: h200-healthy link generation sample"; cat "$work/h200-healthy.prom"; exit 1; }
+# node_exporter's textfile collector: -o writes the file atomically (no temporary left beside it),
+# and it holds the same exposition as stdout; a folder that does not exist is refused up front.
+textfile="$work/textfile"
+mkdir -p "$textfile"
+set +e
+"$gpuopt" doctor --root "$data/h200-healthy" --prometheus -o "$textfile/gpuopt.prom"
+set -e
+[ -s "$textfile/gpuopt.prom" ] || { echo "FAIL: -o wrote no textfile"; exit 1; }
+[ "$(ls "$textfile")" = "gpuopt.prom" ] || { echo "FAIL: files beside the textfile: $(ls "$textfile")"; exit 1; }
+cmp -s "$textfile/gpuopt.prom" "$work/h200-healthy.prom" ||
+  { echo "FAIL: -o differs from stdout"; diff "$textfile/gpuopt.prom" "$work/h200-healthy.prom" | head; exit 1; }
+set +e
+"$gpuopt" doctor --root "$data/h200-healthy" --prometheus -o "$work/missing/gpuopt.prom" 2>/dev/null
+rc=$?
+set -e
+[ $rc -eq 2 ] || { echo "FAIL: -o into a missing folder was not a usage error"; exit 1; }
 echo "doctor --prometheus: conformant"

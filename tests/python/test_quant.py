@@ -156,7 +156,8 @@ def test_w4a16_linear_eager_call_equals_the_op_and_follows_moved_weights(tmp_pat
     with torch.cuda.stream(side):  # runs on the caller's current stream
         on_side = linear(x)
     side.synchronize()
-    assert torch.equal(on_side, eager)
+    # The default mode's split-K sums may differ in the last bit between calls.
+    torch.testing.assert_close(on_side, eager, rtol=1e-3, atol=1e-3)
 
 
 @requires_gpu

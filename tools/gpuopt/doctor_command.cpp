@@ -10,6 +10,7 @@
 #include "gpuopt/doctor/doctor.hpp"
 #include "gpuopt/doctor/fit.hpp"
 #include "numeric_checks.hpp"
+#include "output_options.hpp"
 
 namespace {
 
@@ -22,6 +23,7 @@ struct DoctorArguments {
   bool no_vulkan = false;
   double watch_s = 0;
   double duration_s = 0;
+  gpuopt::cli::OutputOptions out;  // -o/--output
   // --fit
   std::string fit;
   std::int64_t batch = 1;
@@ -90,6 +92,7 @@ int run_fit(const DoctorArguments& arguments) {
 int run_doctor(const DoctorArguments& arguments) {
   using namespace gpuopt::doctor;
   if (!arguments.fit.empty()) return run_fit(arguments);
+  if (!gpuopt::cli::output_usable("doctor", arguments.out)) return gpuopt::cli::kExitErrors;
   Options options;
   options.root = arguments.root;
   options.all_devices = arguments.all;
@@ -122,16 +125,21 @@ int run_doctor(const DoctorArguments& arguments) {
     }
     watched = std::move(result).value();
   }
+  std::string text;
   if (arguments.json) {
     auto json = to_json(report);
     if (watched) json["watch"] = watch_to_json(*watched);
-    std::fputs((dump_json(json) + "\n").c_str(), stdout);
+    text = dump_json(json) + "\n";
   } else if (arguments.prometheus) {
-    std::fputs(render_prometheus(report).c_str(), stdout);
+    text = render_prometheus(report);
   } else {
-    std::fputs(render_text(report, gpuopt::cli::use_color(STDOUT_FILENO)).c_str(), stdout);
-    if (watched) std::fputs(render_watch_text(*watched).c_str(), stdout);
+    text = render_text(report, arguments.out.to_stdout() && gpuopt::cli::use_color(STDOUT_FILENO));
+    if (watched) text += render_watch_text(*watched);
   }
+  // To a file, the write is atomic (a temporary file renamed into place): what node_exporter's
+  // textfile collector needs of `doctor --prometheus -o DIR/gpuopt.prom` run from cron.
+  if (!gpuopt::cli::write_output("doctor", arguments.out, text))
+    return gpuopt::cli::kExitToolFailed;
   return exit_code(report);
 }
 
@@ -148,6 +156,9 @@ GPUOPT_REGISTER_COMMAND("", 10, [](CLI::App& parent, int& exit_code) {
       command->add_flag("--json", arguments->json, "JSON (docs/schemas/doctor.schema.json)");
   command->add_flag("--prometheus", arguments->prometheus, "Prometheus text exposition")
       ->excludes(json);
+  command->add_option("-o,--output", arguments->out.output,
+                      "Write the report to FILE, atomically (e.g. a node_exporter textfile "
+                      "collector's DIR/gpuopt.prom); '-' = stdout");
   command->add_flag("--all", arguments->all,
                     "Describe every PCI device, not only GPUs/accelerators");
   command->add_flag("--load", arguments->load,

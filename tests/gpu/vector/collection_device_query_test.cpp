@@ -79,7 +79,7 @@ TEST_P(CollectionDeviceQuery, EqualsFloat64BruteForceWithFiltersAndDeletes) {
   for (std::size_t i = 0; i < rows; ++i) {
     ids[i] = 9'000'000 + 7 * i;
     metadata[i]["bucket"] = double(i % 3);
-    live[ids[i]].assign(&base[i * kDim], &base[(i + 1) * kDim]);
+    if (i < 3000) live[ids[i]].assign(&base[i * kDim], &base[(i + 1) * kDim]);  // added first
     bucket[ids[i]] = int(i % 3);
   }
   ASSERT_TRUE(c.add(std::span(ids).first(3000), base.data(), std::span(metadata).first(3000)).ok());
@@ -135,6 +135,8 @@ TEST_P(CollectionDeviceQuery, EqualsFloat64BruteForceWithFiltersAndDeletes) {
   ASSERT_TRUE(
       c.add(std::span(ids).subspan(3000), &base[3000 * kDim], std::span(metadata).subspan(3000))
           .ok());
+  for (std::size_t i = 3000; i < rows; ++i)
+    live[ids[i]].assign(&base[i * kDim], &base[(i + 1) * kDim]);
   std::vector<std::uint64_t> removed(ids.begin() + 100, ids.begin() + 600);
   ASSERT_TRUE(c.remove(removed).ok());
   for (auto id : removed) live.erase(id);
