@@ -97,8 +97,8 @@ def bench_unscale(args, results):
     n = results["foreach_norm_reference"]["median"]
     print(
         f"RESULT: amp references {gib:.2f} GiB fp32 in {args.tensors} tensors: in-place "
-        f"_foreach_mul_ {m:.3f} ms ({2 * args.bytes / m / 1e9:.0f} GB/s), read-only "
-        f"_foreach_norm {n:.3f} ms ({args.bytes / n / 1e9:.0f} GB/s)"
+        f"_foreach_mul_ {m:.3f} ms ({2 * args.bytes / m / 1e6:.0f} GB/s), read-only "
+        f"_foreach_norm {n:.3f} ms ({args.bytes / n / 1e6:.0f} GB/s)"
     )
     for suffix, what in (("", "non-fused optimizer"), ("_fusedopt", "fused AdamW")):
         t = results[f"unscale_torch{suffix}"]["median"]
