@@ -147,7 +147,8 @@ def test_w4a16_linear_eager_call_equals_the_op_and_follows_moved_weights(tmp_pat
     linear = quant.W4A16Linear(quant.load_layer(tmp_path, LAYER), device="cuda")
     x = torch.randn(3, 512, dtype=torch.float16, device="cuda")
     eager = linear(x)  # the layer's own plan, called directly
-    assert torch.equal(eager, quant.w4a16_gemm(x, linear))  # the custom op
+    # The custom op; the default mode's split-K sums may differ in the last bit between calls.
+    torch.testing.assert_close(quant.w4a16_gemm(x, linear), eager, rtol=1e-3, atol=1e-3)
     linear.cpu()
     linear.cuda()  # new buffers: the cached plan must not keep the old pointers
     torch.testing.assert_close(linear(x), eager, rtol=1e-3, atol=1e-3)
