@@ -6,7 +6,7 @@
 #   - every base row and every row the import acknowledged (its last `{"committed": N}` line) is
 #     found by an exact query of its own vector at distance 0 under its own id, and the rows it
 #     holds beyond those are a prefix of the import, never more than the file;
-#   - a compact or reindex that finished did its work (one segment; a saved index of the asked size);
+#   - a finished compact left one segment, a finished reindex a saved index of the asked size;
 #   - an IVF query probing every list finds every base row at distance 0 (reindex trials);
 #   - the store still takes a write: 20 more rows import and are found, and it verifies again.
 # The kill delay is drawn from 1 ms up to 1.25 times the operation's measured uncut duration, so the
@@ -18,7 +18,8 @@ set -uo pipefail
 trials="${1:-200}"
 root=$(cd "$(dirname "$0")/.." && pwd)
 gpuopt="${2:-${GPUOPT:-$root/build-cpu/tools/gpuopt/gpuopt}}"
-[[ "$trials" =~ ^[1-9][0-9]*$ ]] || { echo "TRIALS must be a positive whole number, not '$trials'" >&2; exit 2; }
+[[ "$trials" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "TRIALS must be a positive whole number, not '$trials'" >&2; exit 2; }
 [ -x "$gpuopt" ] || { echo "no gpuopt binary at $gpuopt (build it, or pass its path)" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "python3 is needed to check the trials" >&2; exit 77; }
 seed="${SEED:-$$}"
@@ -40,7 +41,8 @@ r = random.Random(20240528)
 for name, n in (("base", rows), ("extra", rows), ("post", 20)):
     with open(f"{work}/{name}.fvecs", "wb") as f:
         for _ in range(n):
-            f.write(struct.pack("<i", dim) + struct.pack(f"<{dim}f", *[r.uniform(-1, 1) for _ in range(dim)]))
+            row = [r.uniform(-1, 1) for _ in range(dim)]
+            f.write(struct.pack("<i", dim) + struct.pack(f"<{dim}f", *row))
 EOF
 
 # The checker: reads the outputs of one trial and prints what is wrong (nothing when all holds).
