@@ -826,7 +826,7 @@ struct MetadataLineReader::State {
         return std::optional<std::string_view>(line);
       }
       // Move the partial line to the front and read more after it.
-      std::memmove(buffer.data(), buffer.data() + begin, end - begin);
+      if (end > begin) std::memmove(buffer.data(), buffer.data() + begin, end - begin);
       end -= begin;
       begin = 0;
       scanned = end;

@@ -135,7 +135,7 @@ TEST(IvfIndex, CompactionKeepsTheSavedIndexUsable) {
   CornerStore s;
   ASSERT_NO_FATAL_FAILURE(s.open(true));
   auto more = corner_rows(25, 11);  // a second segment, so there is something to merge
-  auto more_ids = id_range(200, 300);
+  auto more_ids = id_range(200, 100);
   ASSERT_TRUE(s.collection->add(more_ids, more.data()).ok());
   ASSERT_TRUE(s.collection->build_ivf(cpu_params(4)).ok());
   std::vector<std::uint64_t> gone;

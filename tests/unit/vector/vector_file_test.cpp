@@ -206,7 +206,8 @@ TEST(VectorFile, NpyFloat16IsConvertedExactly) {
   };
   const std::vector<float> expected = {
       1, -2, 0.333251953125f, 65504, 0x1p-24f, 1023 * 0x1p-24f, 0x1p-14f, -0.0f};
-  auto reader = VectorReader::open_bytes(npy(npy_dict("<f2", 2, 4), raw(halves)), "h.npy");
+  const auto bytes = npy(npy_dict("<f2", 2, 4), raw(halves));  // outlives the reader, as it must
+  auto reader = VectorReader::open_bytes(bytes, "h.npy");
   ASSERT_TRUE(reader.ok()) << reader.status().to_string();
   EXPECT_EQ((*reader)->element_type(), "float16");
   auto values = read_chunked(**reader, 1);
