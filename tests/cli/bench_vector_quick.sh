@@ -22,6 +22,6 @@ assert len(sweep) >= 2 and all("nprobe" in r and 0 <= r["distance_recall"] <= 1 
 assert cases["exact-gpu"]["outcome"] in ("waived", "passed"), cases["exact-gpu"]
 PY
 msg=$("$gpuopt" bench vector --quick --data /nonexistent/base.fvecs --testcase exact-cpu 2>&1)
-echo "$msg" | grep -q "/nonexistent/base.fvecs" || fail "bad --data message: $msg"
+grep -q "/nonexistent/base.fvecs" <<<"$msg" || fail "bad --data message: $msg"
 "$gpuopt" bench vector --testcase nosuch >/dev/null 2>&1 && fail "unknown testcase accepted"
 echo "bench_vector_quick: ok"

@@ -31,7 +31,7 @@ expect "--quant int3" 2 "$gpuopt" doctor --fit "$data/llama-3-8b" --quant int3
 # Free memory and its idle holder from a recorded machine (tests/data/doctor/idle-memory-holder).
 out=$("$gpuopt" doctor --fit "$data/qwen2.5-7b" --root "$2/doctor/idle-memory-holder")
 [ $? -eq 2 ] || { echo "FAIL: qwen2.5-7b on the idle-memory-holder machine must not fit"; fail=1; }
-echo "$out" | grep -q "end python3 (pid 5100)" || { echo "FAIL: no advice to end pid 5100: $out"; fail=1; }
+grep -q "end python3 (pid 5100)" <<<"$out" || { echo "FAIL: no advice to end pid 5100: $out"; fail=1; }
 json=$("$gpuopt" doctor --fit "$data/llama-3-70b" --json --free-bytes $((80 << 30)))
 echo "$json" | python3 -c '
 import json, sys

@@ -13,8 +13,8 @@ refused() {  # expected-text flag arguments...
   msg=$(timeout 10 "$gpuopt" "$@" 2>&1)
   rc=$?
   [ $rc -eq 2 ] || { echo "FAIL: gpuopt $*: exit $rc, expected 2: $msg"; failed=1; }
-  echo "$msg" | grep -qF -- "$flag" || { echo "FAIL: gpuopt $*: does not name $flag: $msg"; failed=1; }
-  echo "$msg" | grep -qF -- "$expected" ||
+  grep -qF -- "$flag" <<<"$msg" || { echo "FAIL: gpuopt $*: does not name $flag: $msg"; failed=1; }
+  grep -qF -- "$expected" <<<"$msg" ||
     { echo "FAIL: gpuopt $*: does not say '$expected': $msg"; failed=1; }
 }
 refused "not a finite number" --watch doctor --watch nan

@@ -20,7 +20,7 @@ expect_refused() {
   rc=$?
   if [ $rc -eq 124 ]; then fail "$name: blocked on a FIFO"; return; fi
   [ $rc -ne 0 ] || fail "$name: exit 0"
-  echo "$msg" | grep -qF "$path is a FIFO" || fail "$name: message does not name the FIFO: $msg"
+  grep -qF "$path is a FIFO" <<<"$msg" || fail "$name: message does not name the FIFO: $msg"
 }
 
 # gemm: the checkpoint, then the quantize config beside a valid (empty) checkpoint.

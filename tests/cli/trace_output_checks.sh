@@ -15,7 +15,7 @@ check() {  # description words flag path
   msg=$(timeout 10 "$gpuopt" trace "$flag" "$path" -- touch "$work/ran" 2>&1)
   rc=$?
   [ $rc -eq 2 ] || { echo "FAIL: $description: exit $rc, expected 2: $msg"; failed=1; }
-  echo "$msg" | grep -qF "$words" || { echo "FAIL: $description: message: $msg"; failed=1; }
+  grep -qF "$words" <<<"$msg" || { echo "FAIL: $description: message: $msg"; failed=1; }
   [ -e "$work/ran" ] && { echo "FAIL: $description: the command ran"; failed=1; rm -f "$work/ran"; }
 }
 check "missing directory" "does not exist" --out "$work/none/t.json"

@@ -14,29 +14,29 @@ rows=300
 "$gpuopt" vector create "$work/s" --dim 16 --metric l2 >/dev/null || fail create
 "$gpuopt" vector create "$work/s" --dim 16 >/dev/null 2>&1 && fail "second create succeeded"
 out=$("$gpuopt" vector import "$work/s" "$work/data.idx" --batch 100) || fail import
-echo "$out" | grep -q '^committed 300 total 300$' || fail "import output: $out"
+grep -q '^committed 300 total 300$' <<<"$out" || fail "import output: $out"
 out=$("$gpuopt" vector import "$work/s" "$work/data.idx" --json) || fail "json import"
-echo "$out" | grep -q '"total":600' || fail "json import: $out"
+grep -q '"total":600' <<<"$out" || fail "json import: $out"
 info=$("$gpuopt" vector info "$work/s" --json --verify) || fail info
-echo "$info" | grep -q '"count": 600' || fail "info: $info"
+grep -q '"count": 600' <<<"$info" || fail "info: $info"
 "$gpuopt" vector query "$work/s" "$work/data.idx" --k 3 --limit 5 >"$work/q.txt" || fail query
 # A vector's nearest neighbour is itself (distance 0): ids 0 and 300 hold the same vector.
 grep -qE '^query 0: (0|300):0 ' "$work/q.txt" || fail "exact query: $(cat "$work/q.txt")"
 out=$("$gpuopt" vector query "$work/s" "$work/data.idx" --index ivf --nlist 4 --nprobe 4 --json \
   --limit 2) || fail "ivf query"
-echo "$out" | grep -q '"results"' || fail "ivf query: $out"
+grep -q '"results"' <<<"$out" || fail "ivf query: $out"
 # Malformed inputs: exit 2, message names the file.
 head -c 100 "$work/data.idx" >"$work/short.idx"
 msg=$("$gpuopt" vector import "$work/s" "$work/short.idx" 2>&1)
 [ $? -eq 2 ] || fail "truncated IDX exit code"
-echo "$msg" | grep -q "short.idx.*truncated" || fail "truncated IDX message: $msg"
+grep -q "short.idx.*truncated" <<<"$msg" || fail "truncated IDX message: $msg"
 printf 'garbage!' >"$work/bad.fvecs"
 msg=$("$gpuopt" vector query "$work/s" "$work/bad.fvecs" 2>&1)
 [ $? -eq 2 ] || fail "bad fvecs exit code"
-echo "$msg" | grep -q "bad.fvecs" || fail "bad fvecs message: $msg"
+grep -q "bad.fvecs" <<<"$msg" || fail "bad fvecs message: $msg"
 msg=$("$gpuopt" vector query "$work/s" "$work/data.idx" --where '{"a": {"$bogus": 1}}' 2>&1)
 [ $? -eq 2 ] || fail "bad filter exit code"
-echo "$msg" | grep -q 'bogus' || fail "bad filter message: $msg"
+grep -q 'bogus' <<<"$msg" || fail "bad filter message: $msg"
 msg=$("$gpuopt" vector info "$work/none" 2>&1)
 [ $? -eq 2 ] || fail "missing store exit code"
 echo "ok"

@@ -23,7 +23,7 @@ refused() {  # flag value subcommand-and-arguments...
   msg=$(timeout 10 "$gpuopt" vector "$@" "$flag" "$value" 2>&1)
   rc=$?
   [ $rc -eq 2 ] || { echo "FAIL: vector $1 $flag $value: exit $rc, expected 2: $msg"; failed=1; }
-  echo "$msg" | grep -qF -- "$flag" ||
+  grep -qF -- "$flag" <<<"$msg" ||
     { echo "FAIL: vector $1 $flag $value: message does not name $flag: $msg"; failed=1; }
 }
 q=(query "$work/s" "$work/data.fvecs")
@@ -49,7 +49,7 @@ refused --timeout 0 serve "$work/s" --socket "$work/none.sock"
 # A GPU-only precision on the CPU engine is refused, not ignored.
 msg=$("$gpuopt" vector query "$work/s" "$work/data.fvecs" --precision tf32 2>&1)
 rc=$?
-[ $rc -eq 2 ] && echo "$msg" | grep -q -- "--precision tf32 needs --engine gpu" ||
+[ $rc -eq 2 ] && grep -q -- "--precision tf32 needs --engine gpu" <<<"$msg" ||
   { echo "FAIL: --precision tf32 on the CPU: exit $rc: $msg"; failed=1; }
 [ "$(ls -R "$work/s" | md5sum)" = "$before" ] || { echo "FAIL: a refused command changed the store"; failed=1; }
 [ -e "$work/t" ] && { echo "FAIL: a refused create made a store"; failed=1; }

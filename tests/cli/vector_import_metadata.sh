@@ -35,8 +35,8 @@ PY
 "$gpuopt" vector create "$work/s" --dim 8 >/dev/null || fail create
 out=$("$gpuopt" vector import "$work/s" "$work/base.npy" --metadata "$work/meta.jsonl" --batch 64 \
   2>"$work/import.err") || fail "import: $out $(cat "$work/import.err")"
-echo "$out" | grep -q '^committed 300 total 300$' || fail "import output: $out"
-echo "$out" | grep -q 'npy, float16, with metadata' || fail "import summary: $out"
+grep -q '^committed 300 total 300$' <<<"$out" || fail "import output: $out"
+grep -q 'npy, float16, with metadata' <<<"$out" || fail "import summary: $out"
 # Not a terminal: no progress line on stderr.
 [ ! -s "$work/import.err" ] || fail "stderr when not a terminal: $(cat -A "$work/import.err")"
 
@@ -78,18 +78,18 @@ count() { "$gpuopt" vector info "$work/s" --json | grep -oE '"count": [0-9]+' | 
 head -n 299 "$work/meta.jsonl" >"$work/short.jsonl"
 msg=$("$gpuopt" vector import "$work/s" "$work/base.npy" --metadata "$work/short.jsonl" 2>&1)
 [ $? -eq 2 ] || fail "short metadata exit code: $msg"
-echo "$msg" | grep -q 'short.jsonl has 299 lines, .*base.npy has 300 rows' ||
+grep -q 'short.jsonl has 299 lines, .*base.npy has 300 rows' <<<"$msg" ||
   fail "short metadata message: $msg"
 [ "$(count)" = 300 ] || fail "short metadata committed rows: $(count)"
 # A bad line: its number is named and nothing is committed, though earlier lines were fine.
 sed '250s/.*/{"color": "red", "n": }/' "$work/meta.jsonl" >"$work/bad.jsonl"
 msg=$("$gpuopt" vector import "$work/s" "$work/base.npy" --metadata "$work/bad.jsonl" --batch 10 2>&1)
 [ $? -eq 2 ] || fail "bad metadata exit code: $msg"
-echo "$msg" | grep -q 'bad.jsonl: line 250: ' || fail "bad metadata message: $msg"
+grep -q 'bad.jsonl: line 250: ' <<<"$msg" || fail "bad metadata message: $msg"
 [ "$(count)" = 300 ] || fail "bad metadata committed rows: $(count)"
 msg=$("$gpuopt" vector import "$work/s" "$work/base.npy" --metadata "$work/none.jsonl" 2>&1)
 [ $? -eq 2 ] || fail "missing metadata exit code: $msg"
-echo "$msg" | grep -q 'none.jsonl' || fail "missing metadata message: $msg"
+grep -q 'none.jsonl' <<<"$msg" || fail "missing metadata message: $msg"
 
 # On a terminal the per-commit lines give way to a progress line on stderr ('\r', rows, rate).
 if command -v script >/dev/null; then

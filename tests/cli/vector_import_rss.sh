@@ -63,7 +63,7 @@ base_kb=$(peak_of "$work/base" "$work/one.npy" "$work/one.json")
 peak_kb=$(peak_of "$work/s" "$work/big.npy" "$work/import.json")
 tail -1 "$work/import.json" | grep -q "\"imported\":$rows" || fail "import summary: $(tail -1 "$work/import.json")"
 info=$("$gpuopt" vector info "$work/s" --json) || fail info
-echo "$info" | grep -q "\"count\": $rows" || fail "info count: $info"
+grep -q "\"count\": $rows" <<<"$info" || fail "info count: $info"
 [ -n "$peak_kb" ] && [ -n "$base_kb" ] || fail "no peak RSS figure"
 [ $((peak_kb - base_kb)) -lt "$limit_kb" ] ||
   fail "peak RSS ${peak_kb} kB ($source) for a ${size_kb} kB file, ${base_kb} kB for one row," \

@@ -60,11 +60,11 @@ start_server "$work/reader.log" "$work/reader.sock" --read-only
 "$gpuopt" vector send "$work/data.idx" --socket "$work/serve.sock" --limit 50 >/dev/null ||
   { echo "send failed"; exit 1; }
 count=$("$gpuopt" vector send "$work/data.idx" --socket "$work/reader.sock" --limit 1 2>&1)
-echo "$count" | grep -q "open read-only" || { echo "read-only server took a write: $count"; exit 1; }
+grep -q "open read-only" <<<"$count" || { echo "read-only server took a write: $count"; exit 1; }
 reader_ids=$("$gpuopt" vector query "$work/data.idx" --socket "$work/reader.sock" --limit 20 --k 5 --json | ids_of)
 writer_ids=$("$gpuopt" vector query "$work/data.idx" --socket "$work/serve.sock" --limit 20 --k 5 --json | ids_of)
 [ "$reader_ids" = "$writer_ids" ] || { echo "reader and writer servers disagree"; exit 1; }
-echo "$reader_ids" | grep -qE '"id":(3[0-4][0-9])' || echo "$reader_ids" | grep -qE ':3[0-4][0-9] ' ||
+grep -qE '"id":(3[0-4][0-9])' <<<"$reader_ids" || grep -qE ':3[0-4][0-9] ' <<<"$reader_ids" ||
   { echo "the read-only server does not see the rows sent to the writer: $reader_ids"; exit 1; }
 "$gpuopt" vector query "$work/data.idx" --socket "$work/reader.sock" --k 3 --where '{"x": {"$gt": 1}}' \
   --json >"$work/where.json" || { echo "filtered query failed"; cat "$work/where.json"; exit 1; }
