@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 self=scripts/check-wording.sh
 
 # Rules for every file. Numbered calls/runs/rounds/iterations, unless the number is a count or a
-# quantity ("run 5 times", "call 15 % slower").
+# quantity (a count of times, a percentage, a duration).
 quantity='(?!\s*(?:times|x\b|×|%|µs|us\b|ms\b|s\b|seconds|samples|warm|launches|repetitions|per\b|more|fewer|or more|\.\d|,\d))'
 ordinal='(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|\d+(?:st|nd|rd|th))'
 common="\\b(?:call|run|round|iteration)s?\\s+\\d++${quantity}"

@@ -94,7 +94,7 @@ class PyDepthController {
 class ParallelCopier {
  public:
   explicit ParallelCopier(int threads) {
-    for (int i = 1; i < threads; ++i) helpers_.emplace_back([this, i] { run(i); });
+    for (int i = 1; i < threads; ++i) copy_workers_.emplace_back([this, i] { run(i); });
     parts_ = std::max(1, threads);
   }
   ~ParallelCopier() {
@@ -103,7 +103,7 @@ class ParallelCopier {
       stopping_ = true;
     }
     start_cv_.notify_all();
-    for (auto& thread : helpers_) thread.join();
+    for (auto& thread : copy_workers_) thread.join();
   }
   ParallelCopier(const ParallelCopier&) = delete;
   ParallelCopier& operator=(const ParallelCopier&) = delete;
@@ -111,7 +111,7 @@ class ParallelCopier {
   // Copies n bytes; the caller's thread does part 0. One copy at a time (callers serialise).
   void copy(void* dst, const void* src, std::size_t n) {
     constexpr std::size_t kMinPart = std::size_t{1} << 20;
-    if (helpers_.empty() || n < 2 * kMinPart) {
+    if (copy_workers_.empty() || n < 2 * kMinPart) {
       std::memcpy(dst, src, n);
       return;
     }
@@ -152,7 +152,7 @@ class ParallelCopier {
     }
   }
 
-  std::vector<std::thread> helpers_;
+  std::vector<std::thread> copy_workers_;
   int parts_ = 1;
   std::mutex mutex_;
   std::condition_variable start_cv_, done_cv_;

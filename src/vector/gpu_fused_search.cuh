@@ -51,7 +51,7 @@ struct FusedRows {
   int metric = 0;  // 0 = L2, 1 = inner product, 2 = cosine
 };
 
-// ---- device helpers shared by the fused and the small-batch kernels ----
+// ---- device routines shared by the fused and the small-batch kernels ----
 
 inline constexpr float kFloatSlack = 0x1p-18f;  // fp32 evaluation slack of the distance bounds
 

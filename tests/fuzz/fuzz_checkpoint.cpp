@@ -53,8 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto npy = parse_npy(std::span<const std::byte>(bytes, size), "fuzz");
   if (npy.ok()) {
     if (npy->rows < 0 || npy->cols < 0) std::abort();
-    if (npy->data.size() != static_cast<std::size_t>(npy->rows * npy->cols) *
-                                tensor_dtype_bytes(npy->dtype)) {
+    if (npy->data.size() !=
+        static_cast<std::size_t>(npy->rows * npy->cols) * tensor_dtype_bytes(npy->dtype)) {
       std::abort();
     }
   }
