@@ -252,14 +252,23 @@ StatusOr<std::unique_ptr<Segment>> Segment::open(const std::filesystem::path& pa
                     path.string(), size, l.file_bytes, expected.rows, expected.dim,
                     size < l.file_bytes ? "truncated" : "has extra bytes"));
   }
+  // The header is read with pread, not through the mapping: a fault on a freshly written file can
+  // map its whole page-cache folio (megabytes on kernels with large folios), and opening a store
+  // should not make every segment resident before anything reads it.
+  SegmentHeader header;
+  for (std::size_t got = 0; got < sizeof(header);) {
+    ssize_t n = ::pread(fd, reinterpret_cast<char*>(&header) + got, sizeof(header) - got,
+                        static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_status("read header", path);
+    if (n == 0) return data_loss(fmt::format("{}: segment header is truncated", path.string()));
+    got += static_cast<std::size_t>(n);
+  }
   void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   opened->reset();
   if (mapping == MAP_FAILED) return errno_status("mmap", path);
   segment->mapping_ = mapping;
   segment->mapped_bytes_ = size;
-
-  SegmentHeader header;
-  std::memcpy(&header, mapping, sizeof(header));
   if (std::memcmp(header.magic, kSegmentMagic, sizeof(header.magic)) != 0) {
     return data_loss(fmt::format("{}: not a gpuopt segment (bad magic)", path.string()));
   }

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # `gpuopt vector import` streams its input: a 300 MB float32 .npy imports with a peak resident set
-# far below the file's size (the whole file used to be read into memory, then copied). The peak
-# comes from /usr/bin/time -v when present, else from the import's own JSON report (getrusage).
+# far below the file's size (the whole file used to be read into memory, then copied).
 # usage: vector_import_rss.sh GPUOPT_BINARY TEST_DATA_DIR
 set -uo pipefail
 gpuopt="$1"
@@ -46,26 +45,34 @@ with open(path, "wb") as f:
     f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
     f.write(struct.pack("<%df" % dim, *([0.5] * dim)))
 PY
-peak_of() {  # store file json-out: the import's peak RSS in kB
-  if [ -x /usr/bin/time ]; then
-    /usr/bin/time -v -o "$work/time.txt" "$gpuopt" vector import "$1" "$2" --json >"$3" ||
-      fail "import $2: $(tail -3 "$3")"
-    grep -oE 'Maximum resident set size \(kbytes\): [0-9]+' "$work/time.txt" | grep -oE '[0-9]+$'
-  else
-    "$gpuopt" vector import "$1" "$2" --json >"$3" || fail "import $2"
-    echo $(( $(tail -1 "$3" | grep -oE '"peak_rss_bytes":[0-9]+' | grep -oE '[0-9]+$') / 1024 ))
-  fi
+# The import's anonymous memory (its heap and buffers: what would hold the file were it read whole),
+# sampled from /proc every 50 ms while it runs. The total resident set also counts file pages the
+# kernel maps on a fault (on some kernels a whole large folio of a freshly written segment), which
+# are page cache, not memory the import holds; it is printed next to the figure asserted on.
+peak_of() {  # store file json-out: writes "peak-anon-kB peak-total-kB" of the import to json-out.peak
+  "$gpuopt" vector import "$1" "$2" --json >"$3" &
+  local pid=$! anon=0 total=0 now
+  while kill -0 "$pid" 2>/dev/null; do
+    now=$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
+    [ -n "$now" ] && [ "$now" -gt "$anon" ] && anon=$now
+    now=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
+    [ -n "$now" ] && [ "$now" -gt "$total" ] && total=$now
+    sleep 0.05
+  done
+  wait "$pid" || fail "import $2: $(tail -3 "$3")"
+  echo "$anon $total" >"$3.peak"
 }
-source=$([ -x /usr/bin/time ] && echo "time -v" || echo getrusage)
+[ -r /proc/self/status ] || { echo "SKIP: /proc/PID/status is needed to sample the import"; exit 77; }
 "$gpuopt" vector create "$work/s" --dim $dim >/dev/null || fail create
 "$gpuopt" vector create "$work/base" --dim $dim >/dev/null || fail create
-base_kb=$(peak_of "$work/base" "$work/one.npy" "$work/one.json")
-peak_kb=$(peak_of "$work/s" "$work/big.npy" "$work/import.json")
+peak_of "$work/base" "$work/one.npy" "$work/one.json"
+peak_of "$work/s" "$work/big.npy" "$work/import.json"
+read -r base_kb base_total_kb <"$work/one.json.peak"
+read -r peak_kb peak_total_kb <"$work/import.json.peak"
 tail -1 "$work/import.json" | grep -q "\"imported\":$rows" || fail "import summary: $(tail -1 "$work/import.json")"
 info=$("$gpuopt" vector info "$work/s" --json) || fail info
 grep -q "\"count\": $rows" <<<"$info" || fail "info count: $info"
-[ -n "$peak_kb" ] && [ -n "$base_kb" ] || fail "no peak RSS figure"
-[ $((peak_kb - base_kb)) -lt "$limit_kb" ] ||
-  fail "peak RSS ${peak_kb} kB ($source) for a ${size_kb} kB file, ${base_kb} kB for one row," \
-    "limit ${limit_kb} kB above that"
-echo "ok: peak RSS ${peak_kb} kB ($source) importing a ${size_kb} kB file, ${base_kb} kB for one row"
+[ "$peak_kb" -gt 0 ] && [ "$base_kb" -gt 0 ] || fail "no anonymous memory sampled"
+summary="peak anonymous memory ${peak_kb} kB importing a ${size_kb} kB file, ${base_kb} kB for one row (peak resident set ${peak_total_kb} kB, ${base_total_kb} kB)"
+[ $((peak_kb - base_kb)) -lt "$limit_kb" ] || fail "$summary: limit ${limit_kb} kB above one row"
+echo "ok: $summary"
