@@ -614,6 +614,21 @@ TEST_F(LlmGpu, OneBillionShapedRunsAndReportsItsTime) {
   for (int batch : {1, 16}) time_steps(**plain, batch, 24, ", no graph", stream_);
 }
 
+// For a per-kernel profile under `gpuopt trace` (scripts/gpu-check.d/llm_profile.sh): the step
+// graphs without programmatic dependent launch, so no kernel starts (and waits) inside its
+// predecessor and each traced duration is the kernel's own. Batch 1 and 16 as separate tests so
+// each trace holds one batch size.
+void profile_steps(int batch, cudaStream_t stream) {
+  LlmDecoderOptions options;
+  options.programmatic_launch = false;
+  auto decoder = LlmDecoder::create(llama_1b_shaped(), options);
+  ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
+  time_steps(**decoder, batch, 24, ", no programmatic launch", stream);
+}
+
+TEST_F(LlmGpu, OneBillionShapedProfileBatch1) { profile_steps(1, stream_); }
+TEST_F(LlmGpu, OneBillionShapedProfileBatch16) { profile_steps(16, stream_); }
+
 TEST_F(LlmGpu, EightBillionShapedRunsAndReportsItsTime) {
   auto decoder = LlmDecoder::create(llama_8b_shaped());
   ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
