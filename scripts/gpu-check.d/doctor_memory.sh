@@ -7,6 +7,12 @@ set -uo pipefail
 out="${OUT:-/tmp}/doctor_memory"
 mkdir -p "$out"
 bin="${GPUOPT_BIN:-build/tools/gpuopt}"
+# The schema checks need python3-jsonschema; the GPU machine's venv lacks it, so take it from the
+# carried wheels when they are there.
+if ! python3 -c 'import jsonschema' 2>/dev/null; then
+  source "$(dirname "$0")/../lib/carried-wheels.sh"
+  carried_wheels "$out/pylib" jsonschema || echo "RESULT: jsonschema: not installed (no carried wheel)"
+fi
 data="${GPUOPT_TEST_DATA_DIR:-tests/data}"
 "$bin/gpuopt" doctor --json --no-vulkan >"$out/doctor.json" 2>"$out/doctor.stderr"
 "$bin/gpuopt" doctor --prometheus --no-vulkan >"$out/doctor.prom" 2>>"$out/doctor.stderr"
