@@ -13,17 +13,15 @@ if [ -x "${GPUOPT_BIN:-}/gpu_kernels" ]; then
   echo "RESULT: amp tensor-list kernel tests: exit $? ($(grep -oE '\[  PASSED  \] [0-9]+' \
     "$out/gpu_kernels.log" | tail -1))"
 fi
-wheel=$(ls -t .whl/gpuopt-*.whl 2>/dev/null | head -1)
-if [ -z "$wheel" ]; then
-  echo "RESULT: amp: skipped, no wheel in .whl/ (build it with the README's pip wheel command)"
-  exit 0
-fi
-site=$(mktemp -d /tmp/gpuopt-amp-XXXXXX)
+source scripts/lib/carried-wheels.sh
+install_gpuopt_wheel "$out/install.log"
+case $? in
+  2) echo "RESULT: amp: skipped, no wheel in .whl/ (build it with the README's pip wheel command)"
+     exit 0 ;;
+  1) cat "$out/install.log"; echo "RESULT: amp: pip install of the carried wheel failed"
+     rm -rf "$site"; exit 1 ;;
+esac
 trap 'rm -rf "$site"' EXIT
-python3 -m pip install --no-deps --no-index --no-compile -q --target "$site" "$wheel" \
-  >"$out/install.log" 2>&1 ||
-  { cat "$out/install.log"; echo "RESULT: amp: pip install $(basename "$wheel") failed"; exit 1; }
-export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 repo=$PWD
 cd "$site"  # the installed package, not python/gpuopt of the checkout
 python3 -m pytest "$repo/tests/python/test_amp.py" "$repo/tests/python/test_amp_gpu.py" -q -rs \

@@ -9,18 +9,16 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-/tmp}/pydata"
 mkdir -p "$out"
-wheel=$(ls -t .whl/gpuopt-*.whl 2>/dev/null | head -1)
-if [ -z "$wheel" ]; then
-  echo "RESULT: pydata: skipped, no wheel in .whl/ (build it with the README's pip wheel command)"
-  exit 0
-fi
-site=$(mktemp -d /tmp/gpuopt-pydata-XXXXXX)
+source scripts/lib/carried-wheels.sh
+install_gpuopt_wheel "$out/install.log"
+case $? in
+  2) echo "RESULT: pydata: skipped, no wheel in .whl/ (build it with the README's pip wheel command)"
+     exit 0 ;;
+  1) cat "$out/install.log"; echo "RESULT: pydata: pip install of the carried wheel failed"
+     rm -rf "$site"; exit 1 ;;
+esac
 scratch=$(mktemp -d -p "$PWD" pydata-scratch.XXXXXX)  # the record file: on disk, not under $OUT
 trap 'rm -rf "$site" "$scratch"' EXIT
-python3 -m pip install --no-deps --no-index --no-compile -q --target "$site" "$wheel" \
-  >"$out/install.log" 2>&1 ||
-  { cat "$out/install.log"; echo "RESULT: pydata: pip install $(basename "$wheel") failed"; exit 1; }
-export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 bench="$PWD/bench/python/prefetch_bench.py"
 (cd "$site" && timeout 400 python3 "$bench" --scratch "$scratch" --json "$out/prefetch_bench.json") \
   2>"$out/prefetch_bench.log" | tee "$out/prefetch_bench.txt" | grep '^RESULT:'

@@ -6,20 +6,15 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-/tmp}/python"
 mkdir -p "$out"
-wheel=$(ls -t .whl/gpuopt-*.whl 2>/dev/null | head -1)
-if [ -z "$wheel" ]; then
-  echo "RESULT: python: skipped, no wheel in .whl/ (build it with the README's pip wheel command)"
-  exit 0
-fi
-# Installed into a scratch folder on PYTHONPATH of the machine's own python3 (PyTorch's venv:
-# torch, numpy and pytest come from there; a venv made from inside it would not see them).
-site=$(mktemp -d /tmp/gpuopt-python-XXXXXX)
+source scripts/lib/carried-wheels.sh
+install_gpuopt_wheel "$out/install.log"
+case $? in
+  2) echo "RESULT: python: skipped, no wheel in .whl/ (build it with the README's pip wheel command)"
+     exit 0 ;;
+  1) cat "$out/install.log"; echo "RESULT: python: pip install of the carried wheel failed"
+     rm -rf "$site"; exit 1 ;;
+esac
 trap 'rm -rf "$site"' EXIT
-python3 -m pip install --no-deps --no-index --no-compile -q --target "$site" "$wheel" \
-  >"$out/install.log" 2>&1 ||
-  { cat "$out/install.log"; echo "RESULT: python: pip install $(basename "$wheel") failed"; exit 1; }
-export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-export PATH="$site/bin:$PATH"
 cd "$site"  # import the installed package, not python/gpuopt of the checkout
 python3 -c 'import gpuopt, torch; print("gpuopt", gpuopt.__version__, "cuda", gpuopt.built_with_cuda, "torch", torch.__version__)'
 python3 -m pytest "$OLDPWD/tests/python" -q -rs --junitxml="$out/pytest.xml" 2>&1 | tee "$out/pytest.log"
