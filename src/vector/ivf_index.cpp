@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "file_header.hpp"
 #include "gpuopt/core/regular_file.hpp"
 #include "segment.hpp"
 
@@ -187,15 +188,13 @@ StatusOr<IvfFileContents> read_ivf_file(const std::filesystem::path& path,
   if (bytes.size() < sizeof(IvfHeader)) return loss("truncated before the end of its header");
   IvfHeader header;
   std::memcpy(&header, bytes.data(), sizeof(header));
-  if (std::memcmp(header.magic, kIvfMagic, sizeof(header.magic)) != 0) {
-    return loss("not a gpuopt IVF index (bad magic)");
+  if (std::string problem = header_problem(header, kIvfMagic, kIvfVersion, "IVF index");
+      !problem.empty()) {
+    return loss(problem);
   }
-  if (crc32c(0, &header, offsetof(IvfHeader, header_crc)) != header.header_crc) {
-    return loss("header checksum mismatch");
-  }
-  if (header.version != kIvfVersion || header.header_bytes != sizeof(IvfHeader)) {
-    return loss(
-        fmt::format("version {} (this build reads version {})", header.version, kIvfVersion));
+  if (header.header_bytes != sizeof(IvfHeader)) {
+    return loss(fmt::format("header of {} bytes (this build reads {})", header.header_bytes,
+                            sizeof(IvfHeader)));
   }
   if (header.dim != dim || header.metric != static_cast<std::uint32_t>(metric)) {
     return loss(fmt::format("built for dimension {} metric {}, the collection has {} and {}",

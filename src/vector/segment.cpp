@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "file_header.hpp"
 #include "gpuopt/core/regular_file.hpp"
 #include "search_kernels.hpp"
 
@@ -269,15 +270,9 @@ StatusOr<std::unique_ptr<Segment>> Segment::open(const std::filesystem::path& pa
   if (mapping == MAP_FAILED) return errno_status("mmap", path);
   segment->mapping_ = mapping;
   segment->mapped_bytes_ = size;
-  if (std::memcmp(header.magic, kSegmentMagic, sizeof(header.magic)) != 0) {
-    return data_loss(fmt::format("{}: not a gpuopt segment (bad magic)", path.string()));
-  }
-  if (crc32c(0, &header, offsetof(SegmentHeader, header_crc)) != header.header_crc) {
-    return data_loss(fmt::format("{}: segment header checksum mismatch", path.string()));
-  }
-  if (header.version != kSegmentVersion) {
-    return data_loss(fmt::format("{}: segment version {} (this build reads version {})",
-                                 path.string(), header.version, kSegmentVersion));
+  if (std::string problem = header_problem(header, kSegmentMagic, kSegmentVersion, "segment");
+      !problem.empty()) {
+    return data_loss(fmt::format("{}: {}", path.string(), problem));
   }
   if (header.rows != expected.rows || header.dim != expected.dim ||
       header.sequence != expected.sequence || header.data_crc != expected.data_crc ||
