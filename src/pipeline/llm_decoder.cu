@@ -329,20 +329,33 @@ __global__ void k_llm_prefill_kv(const __half* qkv, int prompt_len, const float*
   }
 }
 
+// Shared memory of k_llm_prefill_attention for `threads` threads.
+std::size_t prefill_attention_shared(int head_dim, int max_context, int threads) {
+  return (static_cast<std::size_t>(head_dim) + threads + std::max(head_dim, threads) +
+          2 * static_cast<std::size_t>(max_context)) *
+         sizeof(float);
+}
+
 // Causal attention of the prompt, one block per (row, query head): the row's q rotated to
 // position t (fp32), then fp32 softmax(q·k / sqrt(head_dim)) · v over positions [0, t] of its own
-// request, read from the cache k_llm_prefill_kv wrote. The same operations in the same order as
-// k_llm_attention at position t: a warp's lanes split each dot product, the max and the sum are
-// block reductions of a fixed shape, the output sums positions in order.
+// request, read from the cache k_llm_prefill_kv wrote. Each position's cache row is located once
+// (rows[]); a thread computes whole dot products (q from shared memory, k as half2), the softmax
+// is stabilised by the block's max score, and the weighted sum of v is split over the block's
+// threads by position (parts), whose partial sums are added in part order: the result depends on
+// neither the batch nor the block's scheduling.
 __global__ void k_llm_prefill_attention(const __half* qkv, int prompt_len, const float* cos_table,
                                         const float* sin_table, const __half* k_cache,
                                         const __half* v_cache, const std::int32_t* block_table,
                                         int blocks_per_request, int block_tokens, int heads,
-                                        int kv_heads, int head_dim, __half* out) {
-  extern __shared__ float shared[];  // q [head_dim], scratch [blockDim], scores [t + 1]
+                                        int kv_heads, int head_dim, int max_context, __half* out) {
+  // q [head_dim], scratch [blockDim], partial [max(head_dim, blockDim)], scores [max_context],
+  // rows [max_context] (int: the cache row of each position)
+  extern __shared__ float shared[];
   float* q = shared;
   float* scratch = q + head_dim;
-  float* scores = scratch + blockDim.x;
+  float* partial = scratch + blockDim.x;
+  float* scores = partial + max(head_dim, static_cast<int>(blockDim.x));
+  int* rows = reinterpret_cast<int*>(scores + max_context);
   const int m = blockIdx.x, head = blockIdx.y;
   const int b = m / prompt_len, t = m - b * prompt_len;
   const int kvh = head / (heads / kv_heads);
@@ -356,35 +369,50 @@ __global__ void k_llm_prefill_attention(const __half* qkv, int prompt_len, const
     q[i] = qa * cs[i] - qb * sn[i];
     q[i + half] = qb * cs[i] + qa * sn[i];
   }
-  __syncthreads();
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const float scale = rsqrtf(static_cast<float>(head_dim));
-  for (int p = warp; p <= t; p += warps) {
-    const __half* k = k_cache + cache_offset(block_table, blocks_per_request, block_tokens,
-                                             kv_heads, head_dim, b, kvh, p);
-    float dot = 0.0f;
-    for (int i = lane; i < head_dim; i += 32) dot = __fmaf_rn(q[i], __half2float(k[i]), dot);
-    dot = warp_sum_fixed(dot);
-    if (lane == 0) scores[p] = __fmul_rn(dot, scale);
+  for (int p = threadIdx.x; p <= t; p += blockDim.x) {
+    rows[p] = static_cast<int>(
+        cache_offset(block_table, blocks_per_request, block_tokens, kv_heads, head_dim, b, kvh, p) /
+        head_dim);
   }
   __syncthreads();
+  const float scale = rsqrtf(static_cast<float>(head_dim));
   float local_max = -INFINITY;
-  for (int p = threadIdx.x; p <= t; p += blockDim.x) local_max = fmaxf(local_max, scores[p]);
-  const float max_score = block_reduce(local_max, scratch, 1);
+  for (int p = threadIdx.x; p <= t; p += blockDim.x) {
+    const __half2* k =
+        reinterpret_cast<const __half2*>(k_cache + static_cast<std::size_t>(rows[p]) * head_dim);
+    float dot = 0.0f;
+    for (int i = 0; i < half; ++i) {
+      const float2 kk = __half22float2(k[i]);
+      dot = __fmaf_rn(q[2 * i], kk.x, dot);
+      dot = __fmaf_rn(q[2 * i + 1], kk.y, dot);
+    }
+    const float score = __fmul_rn(dot, scale);
+    scores[p] = score;
+    local_max = fmaxf(local_max, score);
+  }
+  const float max_score = block_reduce(local_max, scratch, 1);  // its barriers order scores
   float local_sum = 0.0f;
   for (int p = threadIdx.x; p <= t; p += blockDim.x) {
     const float e = expf(scores[p] - max_score);
     scores[p] = e;
     local_sum = __fadd_rn(local_sum, e);
   }
-  const float inv_total = 1.0f / block_reduce(local_sum, scratch, 0);  // its barriers order scores
-  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+  const float inv_total = 1.0f / block_reduce(local_sum, scratch, 0);
+  // parts x head_dim threads: thread (part, i) sums positions part, part + parts, ...
+  const int parts = max(1, static_cast<int>(blockDim.x) / head_dim);
+  for (int idx = threadIdx.x; idx < parts * head_dim; idx += blockDim.x) {
+    const int part = idx / head_dim, i = idx - part * head_dim;
     float acc = 0.0f;
-    for (int p = 0; p <= t; ++p) {
-      const __half* v = v_cache + cache_offset(block_table, blocks_per_request, block_tokens,
-                                               kv_heads, head_dim, b, kvh, p);
-      acc = __fmaf_rn(scores[p], __half2float(v[i]), acc);
+    for (int p = part; p <= t; p += parts) {
+      acc = __fmaf_rn(scores[p],
+                      __half2float(v_cache[static_cast<std::size_t>(rows[p]) * head_dim + i]), acc);
     }
+    partial[idx] = acc;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    float acc = partial[i];
+    for (int part = 1; part < parts; ++part) acc = __fadd_rn(acc, partial[part * head_dim + i]);
     out[(static_cast<std::size_t>(m) * heads + head) * head_dim + i] =
         __float2half_rn(acc * inv_total);
   }
@@ -807,9 +835,13 @@ class CudaLlmDecoder final : public LlmDecoder {
       GPUOPT_CUDA_TRY(cudaFuncSetAttribute(k_llm_attention,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(attention_shared_)));
+    }
+    prefill_attention_shared_ =
+        prefill_attention_shared(c.head_dim, c.max_context, kAttentionThreads);
+    if (prefill_attention_shared_ > 48 * 1024) {
       GPUOPT_CUDA_TRY(cudaFuncSetAttribute(k_llm_prefill_attention,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(attention_shared_)));
+                                           static_cast<int>(prefill_attention_shared_)));
     }
     if (info_.prefill) GPUOPT_RETURN_IF_ERROR(build_prefill(stream));
     return ok_status();
@@ -981,11 +1013,11 @@ class CudaLlmDecoder final : public LlmDecoder {
           prefill_qkv_, prompt_len, rope_cos_, rope_sin_, k_cache, v_cache, block_table_,
           blocks_per_request_, info_.kv_block_tokens, c.heads, c.kv_heads, c.head_dim);
       GPUOPT_CUDA_TRY_LAUNCH();
-      k_llm_prefill_attention<<<dim3(row_blocks, c.heads), kAttentionThreads, attention_shared_,
-                                stream>>>(prefill_qkv_, prompt_len, rope_cos_, rope_sin_, k_cache,
-                                          v_cache, block_table_, blocks_per_request_,
-                                          info_.kv_block_tokens, c.heads, c.kv_heads, c.head_dim,
-                                          prefill_attention_);
+      k_llm_prefill_attention<<<dim3(row_blocks, c.heads), kAttentionThreads,
+                                prefill_attention_shared_, stream>>>(
+          prefill_qkv_, prompt_len, rope_cos_, rope_sin_, k_cache, v_cache, block_table_,
+          blocks_per_request_, info_.kv_block_tokens, c.heads, c.kv_heads, c.head_dim,
+          c.max_context, prefill_attention_);
       GPUOPT_CUDA_TRY_LAUNCH();
       // Output projection + residual
       if (w4a16) {
@@ -1179,6 +1211,7 @@ class CudaLlmDecoder final : public LlmDecoder {
   __half* k_cache_ = nullptr;    // [layer][block][kv_head][block_tokens][head_dim]
   __half* v_cache_ = nullptr;
   std::size_t attention_shared_ = 0;
+  std::size_t prefill_attention_shared_ = 0;
   __half* token_table_ = nullptr;  // [vocab][hidden]
   float* projection_ = nullptr;    // [hidden][embed_dim]
   float* rope_cos_ = nullptr;      // [max_context][head_dim / 2]
