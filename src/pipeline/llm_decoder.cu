@@ -6,14 +6,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "gpuopt/core/cuda_check.hpp"
+#include "gpuopt/kernels/w4a16.hpp"
 #include "gpuopt/pipeline/llm.hpp"
 #include "gpuopt/runtime/device_buffer.hpp"
 #include "pipeline/llm_gemv.hpp"
 #include "pipeline/llm_pdl.cuh"
+#include "pipeline/llm_prefill.hpp"
 #include "pipeline/llm_weights.hpp"
 
 namespace gpuopt::pipeline {
@@ -230,6 +234,253 @@ __global__ void k_llm_attention(const __half* qkv, const float* cos_table, const
   }
 }
 
+// ---- prefill kernels: the prompt's rows m = b * prompt_len + t (request b, position t) at once.
+// Each mirrors the decode step's arithmetic per row, so a row's values depend on its own request
+// only (never on the batch). ----
+
+// residual[m] = token_table[tokens[b][t]] (clamped like k_llm_embed), and its sums of squares per
+// 64 columns into ssq[·][m].
+__global__ void k_llm_prefill_embed(const std::int32_t* tokens, int max_context, int prompt_len,
+                                    const __half* table, int vocab, int hidden, float* residual,
+                                    float* ssq, int ssq_stride) {
+  const int m = blockIdx.x;
+  const int b = m / prompt_len, t = m - b * prompt_len;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  int token = tokens[static_cast<std::size_t>(b) * max_context + t];
+  token = min(max(token, 0), vocab - 1);
+  const __half* row = table + static_cast<std::size_t>(token) * hidden;
+  float* out = residual + static_cast<std::size_t>(m) * hidden;
+  for (int s = warp; s < hidden / 64; s += warps) {
+    const float r0 = __half2float(row[64 * s + lane]);
+    const float r1 = __half2float(row[64 * s + lane + 32]);
+    out[64 * s + lane] = r0;
+    out[64 * s + lane + 32] = r1;
+    const float total = warp_sum_fixed(__fadd_rn(__fmul_rn(r0, r0), __fmul_rn(r1, r1)));
+    if (lane == 0) ssq[static_cast<std::size_t>(s) * ssq_stride + m] = total;
+  }
+}
+
+// normed[m] = fp16(residual[m] · inverse RMS), the decode GEMM's normalised input as a tensor:
+// [rows][hidden] fp16 for W4A16Gemm.
+__global__ void k_llm_prefill_norm(const float* residual, const float* ssq, int ssq_stride,
+                                   int hidden, float eps, __half* normed) {
+  const int m = blockIdx.x;
+  const float inv = inverse_rms(ssq, ssq_stride, m, hidden, eps);
+  const float* in = residual + static_cast<std::size_t>(m) * hidden;
+  __half* out = normed + static_cast<std::size_t>(m) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    out[i] = __float2half_rn(__fmul_rn(in[i], inv));
+  }
+}
+
+// residual[m] += fp32(y[m]) ([rows][n], y fp16) and the new sums of squares per 64 columns.
+__global__ void k_llm_prefill_residual(const __half* y, int n, float* residual, float* ssq,
+                                       int ssq_stride) {
+  const int m = blockIdx.x;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const __half* in = y + static_cast<std::size_t>(m) * n;
+  float* res = residual + static_cast<std::size_t>(m) * n;
+  for (int s = warp; s < n / 64; s += warps) {
+    const float r0 = __fadd_rn(res[64 * s + lane], __half2float(in[64 * s + lane]));
+    const float r1 = __fadd_rn(res[64 * s + lane + 32], __half2float(in[64 * s + lane + 32]));
+    res[64 * s + lane] = r0;
+    res[64 * s + lane + 32] = r1;
+    const float total = warp_sum_fixed(__fadd_rn(__fmul_rn(r0, r0), __fmul_rn(r1, r1)));
+    if (lane == 0) ssq[static_cast<std::size_t>(s) * ssq_stride + m] = total;
+  }
+}
+
+// act[m][i] = fp16(silu(gate) · up), gate = gate_up[m][i], up = gate_up[m][ffn + i] (fp16).
+__global__ void k_llm_prefill_silu(const __half* gate_up, int ffn, std::size_t elements,
+                                   __half* act) {
+  for (std::size_t e = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+       e < elements; e += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t m = e / ffn;
+    const std::size_t i = e - m * ffn;
+    const float gate = __half2float(gate_up[m * 2 * ffn + i]);
+    const float up = __half2float(gate_up[m * 2 * ffn + ffn + i]);
+    const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+    act[e] = __float2half_rn(__fmul_rn(silu, up));
+  }
+}
+
+// One block per (row, KV head): RoPE on the row's k at position t, then k (fp16) and v into the
+// paged cache at position t of request b, as k_llm_attention writes a decode step's.
+__global__ void k_llm_prefill_kv(const __half* qkv, int prompt_len, const float* cos_table,
+                                 const float* sin_table, __half* k_cache, __half* v_cache,
+                                 const std::int32_t* block_table, int blocks_per_request,
+                                 int block_tokens, int heads, int kv_heads, int head_dim) {
+  const int m = blockIdx.x, kvh = blockIdx.y;
+  const int b = m / prompt_len, t = m - b * prompt_len;
+  const int half = head_dim / 2;
+  const __half* row = qkv + static_cast<std::size_t>(m) * (heads + 2 * kv_heads) * head_dim;
+  const float* cs = cos_table + static_cast<std::size_t>(t) * half;
+  const float* sn = sin_table + static_cast<std::size_t>(t) * half;
+  const std::size_t at =
+      cache_offset(block_table, blocks_per_request, block_tokens, kv_heads, head_dim, b, kvh, t);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float ka = __half2float(row[(heads + kvh) * head_dim + i]);
+    const float kb = __half2float(row[(heads + kvh) * head_dim + i + half]);
+    k_cache[at + i] = __float2half_rn(ka * cs[i] - kb * sn[i]);
+    k_cache[at + i + half] = __float2half_rn(kb * cs[i] + ka * sn[i]);
+  }
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    v_cache[at + i] = row[(heads + kv_heads + kvh) * head_dim + i];
+  }
+}
+
+// Shared memory of k_llm_prefill_attention for `threads` threads.
+std::size_t prefill_attention_shared(int head_dim, int max_context, int threads) {
+  return (static_cast<std::size_t>(head_dim) + threads + std::max(head_dim, threads) +
+          2 * static_cast<std::size_t>(max_context)) *
+         sizeof(float);
+}
+
+// Causal attention of the prompt, one block per (row, query head): the row's q rotated to
+// position t (fp32), then fp32 softmax(q·k / sqrt(head_dim)) · v over positions [0, t] of its own
+// request, read from the cache k_llm_prefill_kv wrote. Each position's cache row is located once
+// (rows[]); a thread computes whole dot products (q from shared memory, k as half2), the softmax
+// is stabilised by the block's max score, and the weighted sum of v is split over the block's
+// threads by position (parts), whose partial sums are added in part order: the result depends on
+// neither the batch nor the block's scheduling.
+__global__ void k_llm_prefill_attention(const __half* qkv, int prompt_len, const float* cos_table,
+                                        const float* sin_table, const __half* k_cache,
+                                        const __half* v_cache, const std::int32_t* block_table,
+                                        int blocks_per_request, int block_tokens, int heads,
+                                        int kv_heads, int head_dim, int max_context, __half* out) {
+  // q [head_dim], scratch [blockDim], partial [max(head_dim, blockDim)], scores [max_context],
+  // rows [max_context] (int: the cache row of each position)
+  extern __shared__ float shared[];
+  float* q = shared;
+  float* scratch = q + head_dim;
+  float* partial = scratch + blockDim.x;
+  float* scores = partial + max(head_dim, static_cast<int>(blockDim.x));
+  int* rows = reinterpret_cast<int*>(scores + max_context);
+  const int m = blockIdx.x, head = blockIdx.y;
+  const int b = m / prompt_len, t = m - b * prompt_len;
+  const int kvh = head / (heads / kv_heads);
+  const int half = head_dim / 2;
+  const __half* row = qkv + static_cast<std::size_t>(m) * (heads + 2 * kv_heads) * head_dim;
+  const float* cs = cos_table + static_cast<std::size_t>(t) * half;
+  const float* sn = sin_table + static_cast<std::size_t>(t) * half;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float qa = __half2float(row[head * head_dim + i]);
+    const float qb = __half2float(row[head * head_dim + i + half]);
+    q[i] = qa * cs[i] - qb * sn[i];
+    q[i + half] = qb * cs[i] + qa * sn[i];
+  }
+  for (int p = threadIdx.x; p <= t; p += blockDim.x) {
+    rows[p] = static_cast<int>(
+        cache_offset(block_table, blocks_per_request, block_tokens, kv_heads, head_dim, b, kvh, p) /
+        head_dim);
+  }
+  __syncthreads();
+  const float scale = rsqrtf(static_cast<float>(head_dim));
+  float local_max = -INFINITY;
+  for (int p = threadIdx.x; p <= t; p += blockDim.x) {
+    const __half2* k =
+        reinterpret_cast<const __half2*>(k_cache + static_cast<std::size_t>(rows[p]) * head_dim);
+    float dot = 0.0f;
+    for (int i = 0; i < half; ++i) {
+      const float2 kk = __half22float2(k[i]);
+      dot = __fmaf_rn(q[2 * i], kk.x, dot);
+      dot = __fmaf_rn(q[2 * i + 1], kk.y, dot);
+    }
+    const float score = __fmul_rn(dot, scale);
+    scores[p] = score;
+    local_max = fmaxf(local_max, score);
+  }
+  const float max_score = block_reduce(local_max, scratch, 1);  // its barriers order scores
+  float local_sum = 0.0f;
+  for (int p = threadIdx.x; p <= t; p += blockDim.x) {
+    const float e = expf(scores[p] - max_score);
+    scores[p] = e;
+    local_sum = __fadd_rn(local_sum, e);
+  }
+  const float inv_total = 1.0f / block_reduce(local_sum, scratch, 0);
+  // parts x head_dim threads: thread (part, i) sums positions part, part + parts, ...
+  const int parts = max(1, static_cast<int>(blockDim.x) / head_dim);
+  for (int idx = threadIdx.x; idx < parts * head_dim; idx += blockDim.x) {
+    const int part = idx / head_dim, i = idx - part * head_dim;
+    float acc = 0.0f;
+    for (int p = part; p <= t; p += parts) {
+      acc = __fmaf_rn(scores[p],
+                      __half2float(v_cache[static_cast<std::size_t>(rows[p]) * head_dim + i]), acc);
+    }
+    partial[idx] = acc;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    float acc = partial[i];
+    for (int part = 1; part < parts; ++part) acc = __fadd_rn(acc, partial[part * head_dim + i]);
+    out[(static_cast<std::size_t>(m) * heads + head) * head_dim + i] =
+        __float2half_rn(acc * inv_total);
+  }
+}
+
+// Blocks (request b, 256-column slice): the final RMSNorm of every prompt row added to pooled[b]
+// in position order (as the decode steps add theirs), the last prompt row's residual and sums of
+// squares into the decode step's buffers (row b) for lm_head, and the step state moved to
+// position prompt_len. Dynamic shared memory: the rows' inverse RMS [prompt_len].
+__global__ void k_llm_prefill_finish(const float* residual, const float* ssq, int ssq_stride,
+                                     int prompt_len, int hidden, float eps, float* pooled,
+                                     float* step_residual, float* step_ssq, int step_ssq_stride,
+                                     StepState* state) {
+  extern __shared__ float inv[];
+  const int b = blockIdx.x;
+  const int first = b * prompt_len, last = first + prompt_len - 1;
+  for (int t = threadIdx.x; t < prompt_len; t += blockDim.x) {
+    inv[t] = inverse_rms(ssq, ssq_stride, first + t, hidden, eps);
+  }
+  __syncthreads();
+  const int i = blockIdx.y * blockDim.x + threadIdx.x;
+  if (i < hidden) {
+    const std::size_t at = static_cast<std::size_t>(b) * hidden + i;
+    float sum = pooled[at];
+    for (int t = 0; t < prompt_len; ++t) {
+      sum = __fadd_rn(
+          sum, __fmul_rn(residual[static_cast<std::size_t>(first + t) * hidden + i], inv[t]));
+    }
+    pooled[at] = sum;
+    step_residual[at] = residual[static_cast<std::size_t>(last) * hidden + i];
+  }
+  if (blockIdx.y == 0) {
+    for (int p = threadIdx.x; p < hidden / llm_detail::kSsqColumns; p += blockDim.x) {
+      step_ssq[static_cast<std::size_t>(p) * step_ssq_stride + b] =
+          ssq[static_cast<std::size_t>(p) * ssq_stride + last];
+    }
+    if (b == 0 && threadIdx.x == 0) state->position = prompt_len;
+  }
+}
+
+// Debug: the cache of positions [0, positions) of requests [0, batch) gathered from its blocks
+// into [2][layers][batch][kv_heads][positions][head_dim] fp16.
+__global__ void k_llm_gather_kv(const __half* k_cache, const __half* v_cache,
+                                std::size_t cache_layer, const std::int32_t* block_table,
+                                int blocks_per_request, int block_tokens, int layers, int batch,
+                                int kv_heads, int positions, int head_dim, __half* out) {
+  const std::size_t per_layer = static_cast<std::size_t>(batch) * kv_heads * positions * head_dim;
+  const std::size_t total = 2 * layers * per_layer;
+  for (std::size_t e = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    std::size_t rest = e;
+    const int i = static_cast<int>(rest % head_dim);
+    rest /= head_dim;
+    const int t = static_cast<int>(rest % positions);
+    rest /= positions;
+    const int kvh = static_cast<int>(rest % kv_heads);
+    rest /= kv_heads;
+    const int b = static_cast<int>(rest % batch);
+    rest /= batch;
+    const int l = static_cast<int>(rest % layers);
+    const int which = static_cast<int>(rest / layers);
+    const __half* cache = (which == 0 ? k_cache : v_cache) + l * cache_layer;
+    out[e] = cache[cache_offset(block_table, blocks_per_request, block_tokens, kv_heads, head_dim,
+                                b, kvh, t) +
+                   i];
+  }
+}
+
 // The final RMSNorm's fp32 output added to pooled[b] (the embedding is its mean); block 0 then
 // moves the step state to the next position (nothing after this kernel reads K/V positions).
 __global__ void k_llm_pool(const float* residual, const float* ssq, int ssq_stride, int hidden,
@@ -359,10 +610,16 @@ class CudaLlmDecoder final : public LlmDecoder {
     if (options_.sm_count < 0) {
       return invalid_argument("LlmDecoderOptions::sm_count must be >= 0");
     }
+    if (options_.prefill) {
+      GPUOPT_RETURN_IF_ERROR(llm_detail::check_prefill_gemm_rows(options_.prefill_gemm_rows));
+    }
+    device_sms_ = sms;
     info_.sm_count = options_.sm_count > 0 ? options_.sm_count : sms;
     info_.programmatic_launch = options_.programmatic_launch && major >= 9;
     info_.cuda_graphs = options_.cuda_graphs;
     info_.kv_block_tokens = options_.kv_block_tokens > 0 ? options_.kv_block_tokens : c.max_context;
+    info_.prefill = options_.prefill && c.max_context > 1;
+    info_.prefill_gemm_rows = info_.prefill ? options_.prefill_gemm_rows : 0;
     GPUOPT_CUDA_TRY(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking));
     cudaStream_t stream = capture_stream_;
     Status status = build_on(stream);
@@ -407,7 +664,16 @@ class CudaLlmDecoder final : public LlmDecoder {
         pooled_, 0, static_cast<std::size_t>(batch) * c.hidden * sizeof(float), stream));
     GPUOPT_CUDA_TRY(cudaMemsetAsync(state_, 0, sizeof(StepState), stream));
     const int steps = prompt_len + new_tokens - 1;
-    for (int s = 0; s < steps; ++s) {
+    int first_step = 0;
+    if (info_.prefill && prompt_len > 1) {
+      // The whole prompt in one forward; it chooses the first generated token (position
+      // prompt_len) and leaves the step state there, so decoding goes on from that step.
+      GPUOPT_RETURN_IF_ERROR(enqueue_prefill(batch, prompt_len, debug.d_logits,
+                                             static_cast<std::size_t>(new_tokens) * c.vocab, stream)
+                                 .with_context(where + "prefill"));
+      first_step = prompt_len;
+    }
+    for (int s = first_step; s < steps; ++s) {
       const bool choose = s >= prompt_len - 1;  // this step's logits pick a generated token
       if (debug.d_logits != nullptr) {
         // Debug logits: launched one by one (their pointer changes every step); the same
@@ -425,6 +691,15 @@ class CudaLlmDecoder final : public LlmDecoder {
     k_llm_embedding<<<batch, kRowThreads, c.embed_dim * sizeof(float), stream>>>(
         pooled_, steps, projection_, c.hidden, c.embed_dim, d_embeddings);
     GPUOPT_CUDA_TRY_LAUNCH();
+    if (debug.d_kv_cache != nullptr) {
+      const std::size_t elements =
+          2 * static_cast<std::size_t>(c.layers) * batch * c.kv_heads * steps * c.head_dim;
+      k_llm_gather_kv<<<fill_blocks(elements), 256, 0, stream>>>(
+          k_cache_, v_cache_, cache_layer_, block_table_, blocks_per_request_,
+          info_.kv_block_tokens, c.layers, batch, c.kv_heads, steps, c.head_dim,
+          reinterpret_cast<__half*>(debug.d_kv_cache));
+      GPUOPT_CUDA_TRY_LAUNCH();
+    }
     GPUOPT_CUDA_TRY(cudaMemcpy2DAsync(d_tokens, new_tokens * sizeof(std::int32_t),
                                       tokens_ + prompt_len, c.max_context * sizeof(std::int32_t),
                                       new_tokens * sizeof(std::int32_t), batch,
@@ -561,7 +836,246 @@ class CudaLlmDecoder final : public LlmDecoder {
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(attention_shared_)));
     }
+    prefill_attention_shared_ =
+        prefill_attention_shared(c.head_dim, c.max_context, kAttentionThreads);
+    if (prefill_attention_shared_ > 48 * 1024) {
+      GPUOPT_CUDA_TRY(cudaFuncSetAttribute(k_llm_prefill_attention,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(prefill_attention_shared_)));
+    }
+    if (info_.prefill) GPUOPT_RETURN_IF_ERROR(build_prefill(stream));
     return ok_status();
+  }
+
+  // Prefill buffers for max_batch x max_context rows, and the layers' matrices as W4A16 device
+  // weights (views of the decoder's own tiles and scales: no copy).
+  Status build_prefill(cudaStream_t stream) {
+    const LlmConfig& c = config_;
+    prefill_rows_ = c.max_batch * c.max_context;
+    const std::size_t rows = static_cast<std::size_t>(prefill_rows_);
+    const int qkv_n = (c.heads + 2 * c.kv_heads) * c.head_dim;
+    GPUOPT_RETURN_IF_ERROR(allocate(prefill_residual_, rows * c.hidden));
+    GPUOPT_RETURN_IF_ERROR(allocate(prefill_ssq_, rows * (c.hidden / llm_detail::kSsqColumns)));
+    GPUOPT_RETURN_IF_ERROR(allocate(prefill_qkv_, rows * qkv_n));
+    GPUOPT_RETURN_IF_ERROR(allocate(prefill_attention_, rows * c.heads * c.head_dim));
+    GPUOPT_RETURN_IF_ERROR(allocate(prefill_act_, rows * c.ffn));
+    // Only prompts over 16 tokens use these (W4A16Gemm's fp16 inputs and outputs); a context of
+    // at most 16 never has one.
+    if (c.max_context > llm_detail::kGemvMaxRows) {
+      GPUOPT_RETURN_IF_ERROR(allocate(prefill_normed_, rows * c.hidden));
+      GPUOPT_RETURN_IF_ERROR(allocate(prefill_y_, rows * c.hidden));
+      GPUOPT_RETURN_IF_ERROR(allocate(prefill_gate_up_, rows * 2 * c.ffn));
+    }
+    for (std::size_t i = 0; i + 1 < matrices_.size(); ++i) {  // lm_head runs at M = batch
+      const Matrix& m = matrices_[i];
+      auto view = std::make_unique<kernels::W4A16DeviceWeights>();
+      view->k = m.k;
+      view->n = m.n;
+      view->group_size = kLlmGroupSize;
+      view->type = kernels::ActivationType::kFloat16;
+      view->has_zeros = false;
+      view->tiles = m.tiles;
+      view->scales = m.scales;
+      weight_views_.push_back(std::move(view));
+    }
+    (void)stream;
+    return ok_status();
+  }
+
+  // The W4A16 GEMMs of every layer for slices of `rows` rows (created on first use): one
+  // W4A16Gemm per matrix; the layers' GEMMs of one kind (same shape, same rows, so the same plan)
+  // share one workspace, as one W4A16Gemm run layer after layer would.
+  StatusOr<const std::vector<std::unique_ptr<kernels::W4A16Gemm>>*> prefill_gemms(
+      int rows, cudaStream_t stream) {
+    auto found = prefill_gemms_.find(rows);
+    if (found != prefill_gemms_.end()) return &found->second;
+    const LlmConfig& c = config_;
+    // The SMs to plan for: the decoder's count, at most the device's (W4A16Gemm's limit).
+    const kernels::W4A16Options options =
+        llm_detail::prefill_w4a16_options(std::min(info_.sm_count, device_sms_));
+    // Per kind: x and y of the first slice (run() moves them per slice with update()).
+    const void* x[4] = {prefill_normed_, prefill_attention_, prefill_normed_, prefill_act_};
+    void* y[4] = {prefill_qkv_, prefill_y_, prefill_gate_up_, prefill_y_};
+    std::vector<std::unique_ptr<kernels::W4A16Gemm>> gemms(4 * static_cast<std::size_t>(c.layers));
+    for (int kind = 0; kind < 4; ++kind) {
+      void* workspace = nullptr;
+      std::size_t workspace_bytes = 0;
+      for (int l = 0; l < c.layers; ++l) {
+        auto gemm = std::make_unique<kernels::W4A16Gemm>(options);
+        kernels::W4A16Gemm::Arguments arguments;
+        arguments.m = rows;
+        arguments.x = x[kind];
+        arguments.y = y[kind];
+        arguments.weights = weight_views_[4 * l + kind].get();
+        GPUOPT_ASSIGN_OR_RETURN(const std::size_t bytes, gemm->workspace_size(arguments));
+        if (l == 0) {
+          workspace_bytes = bytes;
+          if (bytes > 0) {
+            GPUOPT_ASSIGN_OR_RETURN(runtime::DeviceBuffer buffer,
+                                    runtime::DeviceBuffer::allocate(bytes));
+            workspace = buffer.data();
+            info_.workspace_bytes += static_cast<double>(buffer.size_bytes());
+            allocations_.push_back(std::move(buffer));
+          }
+        } else if (bytes != workspace_bytes) {
+          return internal_error("prefill W4A16 GEMMs of one shape planned different workspaces");
+        }
+        GPUOPT_RETURN_IF_ERROR(gemm->initialize(arguments, workspace, stream));
+        if (gemm->config().path != kernels::W4A16Path::kTensorCore) {
+          // Only where no int4 kernel fits this GPU's shared memory; the dense copy it would
+          // keep is what prefill exists to avoid.
+          return failed_precondition(
+              "prefill GEMM " + std::to_string(weight_views_[4 * l + kind]->k) + " x " +
+              std::to_string(weight_views_[4 * l + kind]->n) + " at M=" + std::to_string(rows) +
+              ": W4A16Gemm chose dequantise + cuBLAS (a dense fp16 copy); refused");
+        }
+        gemms[4 * static_cast<std::size_t>(l) + kind] = std::move(gemm);
+      }
+    }
+    auto inserted = prefill_gemms_.emplace(rows, std::move(gemms));
+    return &inserted.first->second;
+  }
+
+  // The prompt's forward (LlmDecoderOptions::prefill): rows m = b * prompt_len + t, every layer's
+  // GEMMs over all rows (the decode GEMM in 16-row slices, or W4A16Gemm in prefill_gemm_rows
+  // slices, by prompt length alone), the causal attention writing K/V at positions
+  // [0, prompt_len), then lm_head and argmax on each request's last row.
+  Status enqueue_prefill(int batch, int prompt_len, float* debug_logits, std::size_t debug_stride,
+                         cudaStream_t stream) {
+    const LlmConfig& c = config_;
+    using llm_detail::GemvInput;
+    using llm_detail::GemvOutput;
+    const int rows = batch * prompt_len;
+    const int qkv_n = (c.heads + 2 * c.kv_heads) * c.head_dim;
+    const int attention_n = c.heads * c.head_dim;
+    const int stride = prefill_rows_;  // of the sums of squares [hidden / 64][rows]
+    const bool w4a16 = llm_detail::prefill_gemm_for(prompt_len) == llm_detail::PrefillGemm::kW4A16;
+    if (rows > prefill_rows_ || (w4a16 && prefill_gate_up_ == nullptr)) {
+      return internal_error("prefill buffers too small for " + std::to_string(rows) + " rows");
+    }
+    const std::vector<llm_detail::RowSlice> slices = llm_detail::prefill_row_slices(
+        rows, w4a16 ? info_.prefill_gemm_rows : llm_detail::kGemvMaxRows);
+    // W4A16 GEMMs per distinct slice height (at most two: the full slices and the last one).
+    std::map<int, const std::vector<std::unique_ptr<kernels::W4A16Gemm>>*> gemms;
+    if (w4a16) {
+      for (const llm_detail::RowSlice& slice : slices) {
+        if (gemms.count(slice.rows) != 0) continue;
+        GPUOPT_ASSIGN_OR_RETURN(gemms[slice.rows], prefill_gemms(slice.rows, stream));
+      }
+    }
+    // One W4A16 GEMM (kind 0..3 of layer l) over every slice: x [rows][K] -> y [rows][N] fp16.
+    auto run_w4a16 = [&](int l, int kind, const __half* x, __half* y) -> Status {
+      const kernels::W4A16DeviceWeights& w = *weight_views_[4 * l + kind];
+      for (const llm_detail::RowSlice& slice : slices) {
+        kernels::W4A16Gemm& gemm = *(*gemms[slice.rows])[4 * static_cast<std::size_t>(l) + kind];
+        gemm.update(x + static_cast<std::size_t>(slice.first) * w.k,
+                    y + static_cast<std::size_t>(slice.first) * w.n);
+        GPUOPT_RETURN_IF_ERROR(gemm.run(stream));
+      }
+      return ok_status();
+    };
+    // One decode GEMM over every 16-row slice; `fill` sets the slice's inputs and outputs.
+    auto run_gemv = [&](const Matrix& matrix, GemvInput input, GemvOutput output,
+                        auto&& fill) -> Status {
+      for (const llm_detail::RowSlice& slice : slices) {
+        llm_detail::GemvArgs a = gemv_args(matrix, slice.rows);
+        a.ssq_stride = stride;
+        fill(a, static_cast<std::size_t>(slice.first));
+        GPUOPT_RETURN_IF_ERROR(llm_detail::launch_gemv(input, output, a, false, stream));
+      }
+      return ok_status();
+    };
+    const unsigned row_blocks = static_cast<unsigned>(rows);
+
+    k_llm_prefill_embed<<<row_blocks, kRowThreads, 0, stream>>>(
+        tokens_, c.max_context, prompt_len, token_table_, c.vocab, c.hidden, prefill_residual_,
+        prefill_ssq_, stride);
+    GPUOPT_CUDA_TRY_LAUNCH();
+    for (int l = 0; l < c.layers; ++l) {
+      __half* k_cache = k_cache_ + l * cache_layer_;
+      __half* v_cache = v_cache_ + l * cache_layer_;
+      // RMSNorm -> QKV
+      if (w4a16) {
+        k_llm_prefill_norm<<<row_blocks, kRowThreads, 0, stream>>>(
+            prefill_residual_, prefill_ssq_, stride, c.hidden, c.rms_eps, prefill_normed_);
+        GPUOPT_CUDA_TRY_LAUNCH();
+        GPUOPT_RETURN_IF_ERROR(run_w4a16(l, 0, prefill_normed_, prefill_qkv_));
+      } else {
+        GPUOPT_RETURN_IF_ERROR(run_gemv(matrices_[4 * l + 0], GemvInput::kNormed, GemvOutput::kHalf,
+                                        [&](llm_detail::GemvArgs& a, std::size_t first) {
+                                          a.residual = prefill_residual_ + first * c.hidden;
+                                          a.ssq = prefill_ssq_ + first;
+                                          a.y = prefill_qkv_ + first * qkv_n;
+                                        }));
+      }
+      // RoPE, K/V into the cache, causal attention
+      k_llm_prefill_kv<<<dim3(row_blocks, c.kv_heads), 64, 0, stream>>>(
+          prefill_qkv_, prompt_len, rope_cos_, rope_sin_, k_cache, v_cache, block_table_,
+          blocks_per_request_, info_.kv_block_tokens, c.heads, c.kv_heads, c.head_dim);
+      GPUOPT_CUDA_TRY_LAUNCH();
+      k_llm_prefill_attention<<<dim3(row_blocks, c.heads), kAttentionThreads,
+                                prefill_attention_shared_, stream>>>(
+          prefill_qkv_, prompt_len, rope_cos_, rope_sin_, k_cache, v_cache, block_table_,
+          blocks_per_request_, info_.kv_block_tokens, c.heads, c.kv_heads, c.head_dim,
+          c.max_context, prefill_attention_);
+      GPUOPT_CUDA_TRY_LAUNCH();
+      // Output projection + residual
+      if (w4a16) {
+        GPUOPT_RETURN_IF_ERROR(run_w4a16(l, 1, prefill_attention_, prefill_y_));
+        k_llm_prefill_residual<<<row_blocks, kRowThreads, 0, stream>>>(
+            prefill_y_, c.hidden, prefill_residual_, prefill_ssq_, stride);
+        GPUOPT_CUDA_TRY_LAUNCH();
+      } else {
+        GPUOPT_RETURN_IF_ERROR(run_gemv(matrices_[4 * l + 1], GemvInput::kHalf,
+                                        GemvOutput::kResidual,
+                                        [&](llm_detail::GemvArgs& a, std::size_t first) {
+                                          a.x = prefill_attention_ + first * attention_n;
+                                          a.residual_out = prefill_residual_ + first * c.hidden;
+                                          a.ssq_out = prefill_ssq_ + first;
+                                        }));
+      }
+      // RMSNorm -> gate/up -> SiLU(gate)·up
+      if (w4a16) {
+        k_llm_prefill_norm<<<row_blocks, kRowThreads, 0, stream>>>(
+            prefill_residual_, prefill_ssq_, stride, c.hidden, c.rms_eps, prefill_normed_);
+        GPUOPT_CUDA_TRY_LAUNCH();
+        GPUOPT_RETURN_IF_ERROR(run_w4a16(l, 2, prefill_normed_, prefill_gate_up_));
+        const std::size_t elements = static_cast<std::size_t>(rows) * c.ffn;
+        k_llm_prefill_silu<<<fill_blocks(elements), 256, 0, stream>>>(prefill_gate_up_, c.ffn,
+                                                                      elements, prefill_act_);
+        GPUOPT_CUDA_TRY_LAUNCH();
+      } else {
+        GPUOPT_RETURN_IF_ERROR(run_gemv(matrices_[4 * l + 2], GemvInput::kNormed,
+                                        GemvOutput::kSiluPair,
+                                        [&](llm_detail::GemvArgs& a, std::size_t first) {
+                                          a.residual = prefill_residual_ + first * c.hidden;
+                                          a.ssq = prefill_ssq_ + first;
+                                          a.y = prefill_act_ + first * c.ffn;
+                                        }));
+      }
+      // Down projection + residual
+      if (w4a16) {
+        GPUOPT_RETURN_IF_ERROR(run_w4a16(l, 3, prefill_act_, prefill_y_));
+        k_llm_prefill_residual<<<row_blocks, kRowThreads, 0, stream>>>(
+            prefill_y_, c.hidden, prefill_residual_, prefill_ssq_, stride);
+        GPUOPT_CUDA_TRY_LAUNCH();
+      } else {
+        GPUOPT_RETURN_IF_ERROR(run_gemv(matrices_[4 * l + 3], GemvInput::kHalf,
+                                        GemvOutput::kResidual,
+                                        [&](llm_detail::GemvArgs& a, std::size_t first) {
+                                          a.x = prefill_act_ + first * c.ffn;
+                                          a.residual_out = prefill_residual_ + first * c.hidden;
+                                          a.ssq_out = prefill_ssq_ + first;
+                                        }));
+      }
+    }
+    const unsigned column_blocks =
+        static_cast<unsigned>((c.hidden + kRowThreads - 1) / kRowThreads);
+    k_llm_prefill_finish<<<dim3(batch, column_blocks), kRowThreads, prompt_len * sizeof(float),
+                           stream>>>(prefill_residual_, prefill_ssq_, stride, prompt_len, c.hidden,
+                                     c.rms_eps, pooled_, residual_, ssq_, c.max_batch, state_);
+    GPUOPT_CUDA_TRY_LAUNCH();
+    return enqueue_choice(batch, false, debug_logits, debug_stride, stream);
   }
 
   llm_detail::GemvArgs gemv_args(const Matrix& m, int batch) const {
@@ -630,14 +1144,23 @@ class CudaLlmDecoder final : public LlmDecoder {
                                          residual_, ssq_, c.max_batch, c.hidden, c.rms_eps, pooled_,
                                          state_));
     if (!choose) return ok_status();
+    return enqueue_choice(batch, pdl, debug_logits, debug_stride, stream);
+  }
+
+  // lm_head on the normalised residual rows [0, batch) and the greedy choice written as the token
+  // of position state.position.
+  Status enqueue_choice(int batch, bool pdl, float* debug_logits, std::size_t debug_stride,
+                        cudaStream_t stream) {
+    const LlmConfig& c = config_;
     llm_detail::GemvArgs a = gemv_args(matrices_.back(), batch);
     a.residual = residual_;
     a.ssq = ssq_;
     a.y = logits_;
-    GPUOPT_RETURN_IF_ERROR(
-        llm_detail::launch_gemv(GemvInput::kNormed, GemvOutput::kHalf, a, pdl, stream));
-    return launch_kernel(k_llm_argmax, dim3(batch), dim3(kRowThreads), 0, stream, pdl, logits_,
-                         c.vocab, tokens_, c.max_context, state_, debug_logits, debug_stride);
+    GPUOPT_RETURN_IF_ERROR(llm_detail::launch_gemv(llm_detail::GemvInput::kNormed,
+                                                   llm_detail::GemvOutput::kHalf, a, pdl, stream));
+    return llm_detail::launch_kernel(k_llm_argmax, dim3(batch), dim3(kRowThreads), 0, stream, pdl,
+                                     logits_, c.vocab, tokens_, c.max_context, state_, debug_logits,
+                                     debug_stride);
   }
 
   // One step: the captured graph for (batch, choose), captured on first use.
@@ -688,10 +1211,27 @@ class CudaLlmDecoder final : public LlmDecoder {
   __half* k_cache_ = nullptr;    // [layer][block][kv_head][block_tokens][head_dim]
   __half* v_cache_ = nullptr;
   std::size_t attention_shared_ = 0;
+  std::size_t prefill_attention_shared_ = 0;
   __half* token_table_ = nullptr;  // [vocab][hidden]
   float* projection_ = nullptr;    // [hidden][embed_dim]
   float* rope_cos_ = nullptr;      // [max_context][head_dim / 2]
   float* rope_sin_ = nullptr;
+  int device_sms_ = 0;
+  // Prefill (LlmDecoderOptions::prefill): buffers for prefill_rows_ = max_batch x max_context rows
+  // m = b * prompt_len + t.
+  int prefill_rows_ = 0;
+  float* prefill_residual_ = nullptr;    // [rows][hidden] fp32 residual stream
+  float* prefill_ssq_ = nullptr;         // [hidden / 64][prefill_rows_] sums of squares
+  __half* prefill_qkv_ = nullptr;        // [rows][(heads + 2 kv) head_dim]
+  __half* prefill_attention_ = nullptr;  // [rows][heads head_dim]
+  __half* prefill_act_ = nullptr;        // [rows][ffn] SiLU(gate)·up
+  __half* prefill_normed_ = nullptr;     // [rows][hidden] RMSNorm output (W4A16 path)
+  __half* prefill_y_ = nullptr;          // [rows][hidden] o / down output (W4A16 path)
+  __half* prefill_gate_up_ = nullptr;    // [rows][2 ffn] (W4A16 path)
+  // The layers' matrices as W4A16Gemm weights: [layer][qkv, o, gate_up, down], views of matrices_.
+  std::vector<std::unique_ptr<kernels::W4A16DeviceWeights>> weight_views_;
+  // Slice height -> one W4A16Gemm per matrix, [layer][kind].
+  std::map<int, std::vector<std::unique_ptr<kernels::W4A16Gemm>>> prefill_gemms_;
 };
 
 }  // namespace

@@ -252,6 +252,23 @@ StatusOr<LlmReferenceResult> llm_generate_reference(
     }
   }
 
+  // The cache of the positions the forward wrote, [2][layer][batch][kv_head][steps][head_dim].
+  const std::size_t per_layer = static_cast<std::size_t>(batch) * nkv * steps * d;
+  result.kv_cache.assign(2 * per_layer * c.layers, 0.0f);
+  for (int which = 0; which < 2; ++which) {
+    std::vector<float>& cache = which == 0 ? k_cache : v_cache;
+    for (int l = 0; l < c.layers; ++l) {
+      for (int b = 0; b < batch; ++b) {
+        for (int kvh = 0; kvh < nkv; ++kvh) {
+          const std::size_t out = (static_cast<std::size_t>(which) * c.layers + l) * per_layer +
+                                  ((static_cast<std::size_t>(b) * nkv + kvh) * steps) * d;
+          std::copy_n(cache_at(cache, l, b, kvh, 0), static_cast<std::size_t>(steps) * d,
+                      result.kv_cache.begin() + static_cast<std::ptrdiff_t>(out));
+        }
+      }
+    }
+  }
+
   const float projection_scale = llm_projection_scale(h);
   result.embeddings.assign(static_cast<std::size_t>(batch) * c.embed_dim, 0.0f);
   for (int b = 0; b < batch; ++b) {

@@ -48,6 +48,10 @@ double llm_decode_step_flops(const LlmConfig&, int batch, int context);
 struct LlmDebugOutputs {
   // float32 [batch][new_tokens][vocab]: the logits whose argmax became each generated token.
   float* d_logits = nullptr;
+  // fp16 bits [2 (K, V)][layers][batch][kv_heads][positions][head_dim] with positions =
+  // prompt_len + new_tokens - 1 (every position a forward wrote): the KV cache after generate,
+  // gathered from its blocks. K is stored after RoPE.
+  std::uint16_t* d_kv_cache = nullptr;
 };
 
 // How the decoder runs its step; the defaults are the fast path. Results are bitwise the same
@@ -66,6 +70,16 @@ struct LlmDecoderOptions {
   // SMs the decode GEMMs' k-splits are planned for (0: the device's). The splits, and so the bits
   // of every result, follow this count; a given count gives the same bits on any device.
   int sm_count = 0;
+  // Prompts of more than one token run as one forward over all their tokens (prefill: each
+  // layer's GEMMs at M = batch x prompt tokens, a causal attention that writes the prompt's K and
+  // V into the cache, lm_head on each request's last prompt token), then token-by-token decoding;
+  // false: every prompt token is a decode step of its own. Each request's bits stay independent of
+  // the batch either way, but prefill and token-by-token results differ in fp16 rounding
+  // (docs/llm.md, "Prefill").
+  bool prefill = true;
+  // Prefill of prompts over 16 tokens: rows per W4A16 GEMM launch (a multiple of 16, >= 16). The
+  // GEMMs' workspace grows with it (deterministic k-split partials, splits x rows x N x 4 bytes).
+  int prefill_gemm_rows = 256;
 };
 
 // What create() chose, for logs and tests.
@@ -74,6 +88,10 @@ struct LlmDecoderInfo {
   bool programmatic_launch = false;
   int kv_block_tokens = 0;  // resolved: max_context when the cache is contiguous
   int sm_count = 0;         // the SMs the GEMMs were planned for
+  bool prefill = false;
+  int prefill_gemm_rows = 0;
+  // Device memory the decoder allocated (weights, tables, KV cache, buffers); the prefill GEMMs'
+  // workspace is added when a row count first needs it.
   double workspace_bytes = 0;
   std::string describe() const;
 };
@@ -125,6 +143,9 @@ struct LlmReferenceResult {
   std::vector<float> logits;         // [batch][new_tokens][vocab]
   std::vector<float> top2_margin;    // [batch][new_tokens]: logit(top1) - logit(top2)
   std::vector<float> embeddings;     // [batch][embed_dim]
+  // [2 (K, V)][layers][batch][kv_heads][positions][head_dim], positions = prompt_len +
+  // new_tokens - 1: the cache the forward wrote (K after RoPE), as LlmDebugOutputs::d_kv_cache.
+  std::vector<float> kv_cache;
 };
 
 // The same forward as LlmDecoder on the host. `forced_tokens` (null, or [batch][new_tokens]): the
