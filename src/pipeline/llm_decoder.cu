@@ -836,14 +836,16 @@ class CudaLlmDecoder final : public LlmDecoder {
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(attention_shared_)));
     }
-    prefill_attention_shared_ =
-        prefill_attention_shared(c.head_dim, c.max_context, kAttentionThreads);
-    if (prefill_attention_shared_ > 48 * 1024) {
-      GPUOPT_CUDA_TRY(cudaFuncSetAttribute(k_llm_prefill_attention,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(prefill_attention_shared_)));
+    if (info_.prefill) {
+      prefill_attention_shared_ =
+          prefill_attention_shared(c.head_dim, c.max_context, kAttentionThreads);
+      if (prefill_attention_shared_ > 48 * 1024) {
+        GPUOPT_CUDA_TRY(cudaFuncSetAttribute(k_llm_prefill_attention,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(prefill_attention_shared_)));
+      }
+      GPUOPT_RETURN_IF_ERROR(build_prefill(stream));
     }
-    if (info_.prefill) GPUOPT_RETURN_IF_ERROR(build_prefill(stream));
     return ok_status();
   }
 

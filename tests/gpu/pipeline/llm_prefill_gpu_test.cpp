@@ -327,7 +327,7 @@ TEST_F(LlmPrefillGpu, PagedAndContiguousCacheGiveTheSameBits) {
     Outputs reference;
     for (const Variant& v : variants) {
       SCOPED_TRACE(v.name);
-      LlmDecoderOptions options;
+      LlmDecoderOptions options = with_prefill(true);
       options.kv_block_tokens = v.block_tokens;
       options.cuda_graphs = v.graphs;
       auto decoder = LlmDecoder::create(c, options);
@@ -352,7 +352,7 @@ TEST_F(LlmPrefillGpu, PagedAndContiguousCacheGiveTheSameBits) {
 // slices that cut through requests.
 TEST_F(LlmPrefillGpu, BatchedEqualsOneAtATime) {
   const LlmConfig c = tiny_llm();
-  LlmDecoderOptions options;
+  LlmDecoderOptions options = with_prefill(true);
   options.prefill_gemm_rows = 48;
   auto decoder = LlmDecoder::create(c, options);
   ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
@@ -382,7 +382,7 @@ TEST_F(LlmPrefillGpu, BatchedEqualsOneAtATime) {
 }
 
 TEST_F(LlmPrefillGpu, RefusesBadOptions) {
-  LlmDecoderOptions options;
+  LlmDecoderOptions options = with_prefill(true);
   options.prefill_gemm_rows = 24;
   EXPECT_EQ(LlmDecoder::create(tiny_llm(), options).status().code(), StatusCode::kInvalidArgument);
   options.prefill_gemm_rows = 0;
