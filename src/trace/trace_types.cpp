@@ -1,4 +1,5 @@
-// Names of activity kinds and copy directions, as they appear in JSON and in the trace viewer.
+// Names of activity kinds, copy directions and API calls, as they appear in JSON and in the trace
+// viewer.
 #include "gpuopt/trace/trace_types.hpp"
 
 #include <array>
@@ -40,6 +41,36 @@ std::string_view copy_direction_name(CopyDirection direction) {
     if (value == direction) return name;
   }
   return "unknown";
+}
+
+namespace {
+
+// Strips one trailing "_v<digits>", "_ptsz" or "_ptds" from `name`; false when there is none.
+bool strip_api_suffix(std::string_view& name) {
+  for (std::string_view suffix : {std::string_view("_ptsz"), std::string_view("_ptds")}) {
+    if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix) {
+      name.remove_suffix(suffix.size());
+      return true;
+    }
+  }
+  std::size_t digits = 0;
+  while (digits < name.size() && name[name.size() - 1 - digits] >= '0' &&
+         name[name.size() - 1 - digits] <= '9') {
+    ++digits;
+  }
+  // "_v" + at least one digit, and something left before it.
+  if (digits == 0 || name.size() < digits + 3) return false;
+  if (name.substr(name.size() - digits - 2, 2) != "_v") return false;
+  name.remove_suffix(digits + 2);
+  return true;
+}
+
+}  // namespace
+
+std::string clean_api_name(std::string_view name) {
+  while (strip_api_suffix(name)) {
+  }
+  return std::string(name);
 }
 
 std::optional<ActivityKind> parse_activity_kind(std::string_view name) {

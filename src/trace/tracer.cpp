@@ -164,6 +164,9 @@ struct Collector {
       ++data.dropped_records;
       return;
     }
+    // CUPTI's device records name no process; this one issued them. With it a merged trace of
+    // several processes still joins each kernel to its launch (correlation ids are per process).
+    if (record.on_device()) record.process_id = static_cast<std::uint32_t>(getpid());
     data.records.push_back(std::move(record));
   }
 
@@ -386,6 +389,9 @@ Status Tracer::start() {
     state.devices.clear();
   }
   if (options_.nvtx) route_nvtx_to_cupti();
+  // API and NVTX records carry the OS thread id (gettid), as top, perf and Nsight Systems show it,
+  // instead of CUPTI's default, a truncated pthread_t. Best effort: an older CUPTI keeps its own.
+  cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
   if (!state.callbacks_registered) {
     GPUOPT_CUPTI_TRY(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     state.callbacks_registered = true;

@@ -10,8 +10,9 @@ fail=0
 export CUDA_VISIBLE_DEVICES=""
 # Short runs: the family's own options that keep each one quick without a GPU.
 declare -A extra=([pcie]="--quick" [streams]="--quick" [scaler]="--quick" [gemm]="--quick"
-                  [loader]="--cpu --quick --batches 40 --consumer-us 50")
-for family in pcie streams scaler loader gemm; do
+                  [loader]="--cpu --quick --batches 40 --consumer-us 50"
+                  [vector]="--quick --synthetic --rows 2000 --queries 20 --single 10")
+for family in pcie streams scaler loader gemm vector; do
   # Listed with the options of the run: --quick may run fewer testcases (gemm's four shapes).
   # shellcheck disable=SC2086
   list=$("$gpuopt" bench "$family" ${extra[$family]} --list)

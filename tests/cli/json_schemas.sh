@@ -47,7 +47,7 @@ run "$work/bench-loader.json" "$gpuopt" bench loader --cpu --json --batches 20 -
 run "$work/bench-scaler.json" "$gpuopt" bench scaler --json --quick
 run "$work/bench-gemm.json" "$gpuopt" bench gemm --json --quick
 run "$work/bench-vector.json" "$gpuopt" bench vector --json --quick --rows 2000 --queries 20 \
-  --testcase ingest exact-cpu
+  --only ingest,exact-cpu
 for family in pcie streams loader scaler gemm vector; do
   validate bench.schema.json "$work/bench-$family.json"
 done

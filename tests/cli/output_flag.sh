@@ -48,6 +48,33 @@ grep -q "^constant " "$work/list.txt" || { echo "FAIL: --list -o"; fail=1; }
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert "scenario" in d' \
   "$work/pipeline.json" || { echo "FAIL: pipeline -o"; fail=1; }
 
+# The vector commands: each result in the file, nothing on stdout; import's per-batch lines stay on
+# stdout (a caller that kills the import reads them), its summary goes to the file; with --json an
+# error is the command's JSON output too, so it lands in the file.
+{
+  printf '\x00\x00\x08\x03\x00\x00\x00\x0a\x00\x00\x00\x02\x00\x00\x00\x02'
+  head -c 40 /dev/urandom
+} >"$work/vectors.idx"
+out=$("$gpuopt" vector create "$work/store" --dim 4 -o "$work/create.txt")
+[ -z "$out" ] && grep -q "^created .*dimension 4" "$work/create.txt" ||
+  { echo "FAIL: vector create -o: stdout '$out'"; fail=1; }
+out=$("$gpuopt" vector import "$work/store" "$work/vectors.idx" --batch 4 --json -o "$work/import.json")
+[ "$(wc -l <<<"$out")" -eq 3 ] || { echo "FAIL: vector import -o: per-batch lines: $out"; fail=1; }
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["imported"]==10 and d["total"]==10, d' \
+  "$work/import.json" || { echo "FAIL: vector import -o: not the summary"; fail=1; }
+out=$("$gpuopt" vector query "$work/store" "$work/vectors.idx" --k 2 --json -o "$work/query.json")
+[ -z "$out" ] || { echo "FAIL: vector query -o still printed: $out"; fail=1; }
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["results"])==10, d' \
+  "$work/query.json" || { echo "FAIL: vector query -o: not the JSON"; fail=1; }
+"$gpuopt" vector info "$work/store" --verify --output "$work/info.txt" >/dev/null
+grep -q "10 vectors.*checksums verified" "$work/info.txt" || { echo "FAIL: vector info --verify -o"; fail=1; }
+"$gpuopt" vector compact "$work/store" --json -o "$work/compact.json" >/dev/null
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["count"]==10, d' \
+  "$work/compact.json" || { echo "FAIL: vector compact -o"; fail=1; }
+"$gpuopt" vector create "$work/store" --dim 4 --json -o "$work/exists.json" 2>/dev/null
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["error"]["code"]=="ALREADY_EXISTS", d' \
+  "$work/exists.json" || { echo "FAIL: vector create --json -o: error not in the file"; fail=1; }
+
 # audit --from: report.json and report.html in --out-dir, the summary in -o, report.json with --json;
 # --out is the old spelling of --out-dir.
 "$gpuopt" audit --from "$data/report/h200-audit.json" --out "$work/audit" -o "$work/summary.txt" \
@@ -83,6 +110,11 @@ refused "audit" "$gpuopt" audit --out-dir "$work/never" -o "$work/no/such/dir/su
 refused "gemm" "$gpuopt" gemm --weights "$work/absent.safetensors" --layer l --input "$work/x.npy" \
   -o "$work/no/such/dir/y.npy"
 refused "pipeline" "$gpuopt" pipeline --quick -o "$work/no/such/dir/p.json"
+# The vector commands refuse before they open (or create) the store.
+refused "vector create" "$gpuopt" vector create "$work/never-store" --dim 4 -o "$work/no/such/dir/c"
+[ ! -e "$work/never-store" ] || { echo "FAIL: vector create made the store before refusing -o"; fail=1; }
+refused "vector query" "$gpuopt" vector query "$work/store" "$work/vectors.idx" -o "$work"
+refused "bench vector" "$gpuopt" bench vector --quick -o "$work/no/such/dir/v.json"
 
 [ "$fail" -eq 0 ] && echo "output flag ok"
 exit "$fail"

@@ -1,9 +1,6 @@
-// `gpuopt bench vector [--quick] [--json] [--data FILE]`: the vector store's ingest, cold open,
-// exact and IVF search (CPU) and exact search (GPU), scored against float64 ground truth.
-#include <fmt/format.h>
-
-#include <algorithm>
-#include <cstdio>
+// `gpuopt bench vector [--quick] [--json] [--data FILE] [--only KEYS] [--list]`: the vector store's
+// ingest, cold open, exact and IVF search (CPU) and exact search (GPU), scored against float64
+// ground truth.
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,33 +17,27 @@ namespace vb = bench::vector_bench;
 struct VectorBenchArgs {
   bench::BenchOptions bench;
   vb::VectorBenchOptions vector;
-  bool json = false;
+  BenchCommandArgs common;
+  bool progress = false;  // the old --progress: the progress line now follows the terminal
 };
 
 int run_bench_vector(const VectorBenchArgs& args) {
-  const auto keys = vb::testcase_keys();
-  for (const auto& key : args.bench.only) {
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-      std::string known;
-      for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k;
-      std::fprintf(stderr, "gpuopt bench vector: unknown testcase '%s' (%s)\n", key.c_str(),
-                   known.c_str());
-      return kExitToolFailed;
-    }
-  }
+  // Usage errors: exit 2 before anything runs, like an unknown --only name.
   if (!args.vector.queries_path.empty() && args.vector.data_path.empty()) {
-    std::fprintf(stderr, "gpuopt bench vector: --queries-file needs --data\n");
-    return kExitToolFailed;
+    print_error("bench vector", invalid_argument("--queries-file needs --data"));
+    return kExitErrors;
   }
   for (std::size_t nprobe : args.vector.nprobes) {
     if (nprobe == 0) {
-      std::fprintf(stderr, "gpuopt bench vector: --nprobe values must be at least 1\n");
-      return kExitToolFailed;
+      print_error("bench vector", invalid_argument("--nprobe values must be at least 1"));
+      return kExitErrors;
     }
   }
-  bench::Suite suite = vb::make_suite(args.bench, args.vector);
-  auto results = run_and_print(suite, args.bench, args.json);
-  return vb::exit_code_for(results);
+  // The suite's testcases load their data on first use, so the catalogue touches no file or
+  // device: --list and the --only check answer at once.
+  const BenchFamily family{"vector", [&args] { return vb::make_suite(args.bench, args.vector); },
+                           nullptr, vb::exit_code_for};
+  return run_bench_command(family, args.bench, args.common);
 }
 
 GPUOPT_REGISTER_COMMAND("bench", 75, [](CLI::App& parent, int& exit_code) {
@@ -56,7 +47,6 @@ GPUOPT_REGISTER_COMMAND("bench", 75, [](CLI::App& parent, int& exit_code) {
       "Vector store: ingest, cold open, exact/IVF search on CPU and GPU vs exact ground truth");
   command->add_flag("--quick", args->bench.quick,
                     "Small run: 20000 base vectors, 200 queries, short nprobe sweep");
-  command->add_flag("--json", args->json, "JSON on stdout instead of text");
   command->add_option("--data", args->vector.data_path,
                       "Base vectors (fvecs, npy, IDX); default Fashion-MNIST when installed, "
                       "else synthetic. Without --queries-file the last rows become the queries");
@@ -79,11 +69,8 @@ GPUOPT_REGISTER_COMMAND("bench", 75, [](CLI::App& parent, int& exit_code) {
   command->add_option("--export", args->vector.export_dir,
                       "Write base/queries/truth .npy here for bench/vector/engines.py");
   command->add_option("--device", args->bench.device, "CUDA device ordinal");
-  command
-      ->add_option("--testcase", args->bench.only,
-                   "Run only these: ingest, cold-open, exact-cpu, ivf-cpu, exact-gpu")
-      ->delimiter(',');
-  command->add_flag("--progress", args->bench.progress, "Progress bar on stderr");
+  add_bench_flags(*command, args->common, "ingest,exact-cpu");
+  command->add_flag("--progress", args->progress)->group("");
   command->callback([args, &exit_code] { exit_code = run_bench_vector(*args); });
 });
 

@@ -110,7 +110,9 @@ int run_trace(const TraceArgs& args) {
   const trace::TraceSummary summary = trace::summarize(data, summary_options);
 
   int tool_status = kExitOk;
-  if (Status written = trace::write_chrome_trace(data, args.out); !written.ok()) {
+  trace::ChromeTraceOptions chrome_options;
+  chrome_options.nvml_samples = run->nvml_samples;  // the GPU-Util counter track
+  if (Status written = trace::write_chrome_trace(data, args.out, chrome_options); !written.ok()) {
     print_error("trace", written);
     tool_status = kExitToolFailed;
   }

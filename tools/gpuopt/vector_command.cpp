@@ -17,6 +17,7 @@
 #include "gpuopt/vector/store.hpp"
 #include "gpuopt/vector/vector_file.hpp"
 #include "numeric_checks.hpp"
+#include "output_options.hpp"
 #include "progress_line.hpp"
 #include "vector_socket_query.hpp"
 
@@ -30,7 +31,7 @@ struct VectorArgs {
   std::string directory;
   std::string file;
   std::string collection = vec::kDefaultCollection;
-  bool json = false;
+  OutputOptions out;  // -o/--output, --json
   // create
   std::size_t dim = 0;
   std::string metric = "l2";
@@ -62,15 +63,22 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// With --json the error is the command's JSON output, so it goes where the result would have gone
+// (stdout or --output); the message goes to stderr either way.
 int fail(const VectorArgs& args, const Status& status) {
-  if (args.json) {
+  if (args.out.json) {
     json error = {
         {"schema_version", 1},
         {"error", {{"code", status_code_name(status.code())}, {"message", status.message()}}}};
-    std::printf("%s\n", error.dump(2).c_str());
+    write_output("vector", args.out, error.dump(2) + "\n");
   }
-  std::fprintf(stderr, "gpuopt vector: %s\n", status.message().c_str());
+  print_error("vector", status);
   return kExitErrors;
+}
+
+// Writes the command's result (text or JSON) to stdout or --output.
+int finish(const VectorArgs& args, const std::string& contents) {
+  return write_output("vector", args.out, contents) ? kExitOk : kExitToolFailed;
 }
 
 StatusOr<vec::Collection*> open_collection(const VectorArgs& args,
@@ -86,18 +94,16 @@ int run_create(const VectorArgs& args) {
   if (!store.ok()) return fail(args, store.status());
   auto collection = (*store)->create_collection(args.collection, {args.dim, *metric});
   if (!collection.ok()) return fail(args, collection.status());
-  if (args.json) {
+  if (args.out.json) {
     json out = {{"schema_version", 1},
                 {"directory", args.directory},
                 {"collection", args.collection},
                 {"dim", args.dim},
                 {"metric", args.metric}};
-    std::printf("%s\n", out.dump(2).c_str());
-  } else {
-    std::printf("created %s (collection %s, dimension %zu, metric %s)\n", args.directory.c_str(),
-                args.collection.c_str(), args.dim, args.metric.c_str());
+    return finish(args, out.dump(2) + "\n");
   }
-  return kExitOk;
+  return finish(args, fmt::format("created {} (collection {}, dimension {}, metric {})\n",
+                                  args.directory, args.collection, args.dim, args.metric));
 }
 
 // Streams the file in batches of --batch rows (memory stays at one batch, whatever the file's
@@ -146,7 +152,7 @@ int run_import(const VectorArgs& args) {
     next_id = *free_id;
   }
   const std::size_t batch = std::max<std::size_t>(1, args.batch);
-  ProgressLine progress(!args.json, "importing", "rows");
+  ProgressLine progress(!args.out.json, "importing", "rows");
   // Errors clear the progress line first, so the message starts on a line of its own.
   auto fail_import = [&](const Status& status) {
     progress.finish();
@@ -185,7 +191,7 @@ int run_import(const VectorArgs& args) {
     if (!status.ok()) return fail_import(status.with_context(args.file));
     imported += *rows;
     if (commit_lines) {
-      if (args.json) {
+      if (args.out.json) {
         std::printf(
             "%s\n",
             json({{"committed", imported}, {"total", (*collection)->size()}}).dump().c_str());
@@ -214,7 +220,7 @@ int run_import(const VectorArgs& args) {
   const std::uint64_t peak_rss_bytes = static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
   const std::string format =
       fmt::format("{}, {}", std::string(input.format()), std::string(input.element_type()));
-  if (args.json) {
+  if (args.out.json) {
     json out = {{"schema_version", 1},
                 {"file", args.file},
                 {"format", std::string(input.format())},
@@ -227,15 +233,13 @@ int run_import(const VectorArgs& args) {
                 {"ingest_seconds", ingest_seconds},
                 {"ingest_vectors_per_s", rate},
                 {"peak_rss_bytes", peak_rss_bytes}};
-    std::printf("%s\n", out.dump().c_str());
-  } else {
-    std::printf(
-        "imported %zu vectors from %s (%s%s) in %.3f s (%.0f vectors/s, read %.3f s, peak RSS "
-        "%.0f MiB)\n",
-        imported, args.file.c_str(), format.c_str(), args.metadata.empty() ? "" : ", with metadata",
-        ingest_seconds, rate, read_seconds, double(peak_rss_bytes) / (1 << 20));
+    return finish(args, out.dump() + "\n");
   }
-  return kExitOk;
+  return finish(
+      args, fmt::format("imported {} vectors from {} ({}{}) in {:.3f} s ({:.0f} "
+                        "vectors/s, read {:.3f} s, peak RSS {:.0f} MiB)\n",
+                        imported, args.file, format, args.metadata.empty() ? "" : ", with metadata",
+                        ingest_seconds, rate, read_seconds, double(peak_rss_bytes) / (1 << 20)));
 }
 
 // What an IVF query did to the saved index, for people (stderr keeps stdout the results).
@@ -284,7 +288,7 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
     if (!results.ok()) return fail(args, results.status());
     if (r == 0) {
       upload_seconds = report.gpu_upload_seconds;
-      if (!args.json) print_ivf_note(args, collection, report);
+      if (!args.out.json) print_ivf_note(args, collection, report);
     }
     if (r > 0) times.push_back(seconds_since(start));
   }
@@ -303,7 +307,7 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
     if (q < 5 || args.show_all) text += line + "\n";
   }
   double qps = query_seconds > 0 ? double(file.rows) / query_seconds : 0;
-  if (args.json) {
+  if (args.out.json) {
     json out = {{"schema_version", 1},
                 {"engine", "gpu"},
                 {"index", args.index},
@@ -318,17 +322,15 @@ int run_query_gpu(const VectorArgs& args, vec::Collection& collection, const vec
                 {"query_seconds_all", times},
                 {"queries_per_s", qps},
                 {"results", std::move(hits)}};
-    std::printf("%s\n", out.dump().c_str());
-  } else {
-    std::printf(
-        "%s%zu queries, k=%zu, GPU %s (%s): %.3f ms median of %zu (%.0f queries/s), "
-        "upload %.2f s, open %.1f ms\n",
-        text.c_str(), file.rows, args.k,
-        args.index == "ivf" ? fmt::format("IVF nprobe {}", args.nprobe).c_str() : "exact",
-        args.precision.c_str(), query_seconds * 1e3, times.size(), qps, upload_seconds,
-        open_seconds * 1e3);
+    return finish(args, out.dump() + "\n");
   }
-  return kExitOk;
+  return finish(args, fmt::format("{}{} queries, k={}, GPU {} ({}): {:.3f} ms median of {} "
+                                  "({:.0f} queries/s), upload {:.2f} s, open {:.1f} ms\n",
+                                  text, file.rows, args.k,
+                                  args.index == "ivf" ? fmt::format("IVF nprobe {}", args.nprobe)
+                                                      : std::string("exact"),
+                                  args.precision, query_seconds * 1e3, times.size(), qps,
+                                  upload_seconds, open_seconds * 1e3));
 }
 
 int run_query(const VectorArgs& args) {
@@ -341,7 +343,7 @@ int run_query(const VectorArgs& args) {
     if (args.directory.empty()) return fail(args, invalid_argument("query: FILE is required"));
     return run_socket_query({args.socket, args.directory, args.collection, args.k, args.index,
                              args.nprobe, args.where, args.engine, args.limit, args.repeat,
-                             args.show_all, args.json});
+                             args.show_all, args.out});
   }
   if (args.directory.empty() || args.file.empty()) {
     return fail(args, invalid_argument("query needs DIR and FILE (or FILE --socket PATH)"));
@@ -397,13 +399,13 @@ int run_query(const VectorArgs& args) {
       build_seconds = report.ivf_build_seconds;
       seconds -= report.ivf_build_seconds;
     }
-    if (r == 0 && !args.json) print_ivf_note(args, **collection, report);
+    if (r == 0 && !args.out.json) print_ivf_note(args, **collection, report);
     times.push_back(seconds);
   }
   std::sort(times.begin(), times.end());
   double query_seconds = times[times.size() / 2];
   double qps = query_seconds > 0 ? double(file->rows) / query_seconds : 0;
-  if (args.json) {
+  if (args.out.json) {
     json hits = json::array();
     for (const auto& per_query : *results) {
       json row = json::array();
@@ -421,22 +423,22 @@ int run_query(const VectorArgs& args) {
                 {"query_seconds", query_seconds},
                 {"queries_per_s", qps},
                 {"results", std::move(hits)}};
-    std::printf("%s\n", out.dump().c_str());
-  } else {
-    std::size_t shown = args.show_all ? results->size() : std::min<std::size_t>(results->size(), 5);
-    for (std::size_t q = 0; q < shown; ++q) {
-      std::string line = fmt::format("query {}:", q);
-      for (const auto& hit : (*results)[q]) line += fmt::format(" {}:{:.4g}", hit.id, hit.distance);
-      std::printf("%s\n", line.c_str());
-    }
-    if (shown < results->size()) {
-      std::printf("... %zu more queries (--all shows them)\n", results->size() - shown);
-    }
-    std::printf("%zu queries, k=%zu, index %s: %.3f s (%.0f queries/s), open %.1f ms%s\n",
-                file->rows, args.k, args.index.c_str(), query_seconds, qps, open_seconds * 1e3,
-                built ? fmt::format(", IVF build {:.2f} s", build_seconds).c_str() : "");
+    return finish(args, out.dump() + "\n");
   }
-  return kExitOk;
+  std::string text;
+  std::size_t shown = args.show_all ? results->size() : std::min<std::size_t>(results->size(), 5);
+  for (std::size_t q = 0; q < shown; ++q) {
+    text += fmt::format("query {}:", q);
+    for (const auto& hit : (*results)[q]) text += fmt::format(" {}:{:.4g}", hit.id, hit.distance);
+    text += "\n";
+  }
+  if (shown < results->size()) {
+    text += fmt::format("... {} more queries (--all shows them)\n", results->size() - shown);
+  }
+  text += fmt::format("{} queries, k={}, index {}: {:.3f} s ({:.0f} queries/s), open {:.1f} ms{}\n",
+                      file->rows, args.k, args.index, query_seconds, qps, open_seconds * 1e3,
+                      built ? fmt::format(", IVF build {:.2f} s", build_seconds) : "");
+  return finish(args, text);
 }
 
 int run_info(const VectorArgs& args) {
@@ -507,18 +509,16 @@ int run_info(const VectorArgs& args) {
           ivf.retrain_recommended ? ", retrain recommended (`gpuopt vector reindex`)" : "");
     }
   }
-  if (args.json) {
+  if (args.out.json) {
     json out = {{"schema_version", 1},
                 {"directory", args.directory},
                 {"open_seconds", open_seconds},
                 {"verified", args.verify},
                 {"collections", std::move(collections)}};
-    std::printf("%s\n", out.dump(2).c_str());
-  } else {
-    std::printf("%s (opened in %.2f ms)\n%s", args.directory.c_str(), open_seconds * 1e3,
-                text.c_str());
+    return finish(args, out.dump(2) + "\n");
   }
-  return kExitOk;
+  return finish(
+      args, fmt::format("{} (opened in {:.2f} ms)\n{}", args.directory, open_seconds * 1e3, text));
 }
 
 int run_reindex(const VectorArgs& args) {
@@ -542,7 +542,7 @@ int run_reindex(const VectorArgs& args) {
   double seconds = seconds_since(start);
   auto stats = (*collection)->ivf_stats();
   if (!stats.ok()) return fail(args, stats.status());
-  if (args.json) {
+  if (args.out.json) {
     json out = {{"schema_version", 1},
                 {"collection", args.collection},
                 {"nlist", stats->nlist},
@@ -552,15 +552,12 @@ int run_reindex(const VectorArgs& args) {
                 {"seconds", seconds},
                 {"file", stats->file},
                 {"generation", stats->generation}};
-    std::printf("%s\n", out.dump().c_str());
-  } else {
-    std::printf(
-        "IVF index of \"%s\": %zu lists over %llu rows, k-means on the %s, built in %.2f s, "
-        "saved as %s\n",
-        args.collection.c_str(), stats->nlist, static_cast<unsigned long long>(stats->trained_rows),
-        stats->train_engine.c_str(), *trained, stats->file.c_str());
+    return finish(args, out.dump() + "\n");
   }
-  return kExitOk;
+  return finish(args, fmt::format("IVF index of \"{}\": {} lists over {} rows, k-means on the {}, "
+                                  "built in {:.2f} s, saved as {}\n",
+                                  args.collection, stats->nlist, stats->trained_rows,
+                                  stats->train_engine, *trained, stats->file));
 }
 
 GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
@@ -571,7 +568,11 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
   auto common = [](CLI::App* command, std::shared_ptr<VectorArgs> args) {
     command->add_option("DIR", args->directory, "store directory")->required();
     command->add_option("--collection", args->collection, "collection name (default: default)");
-    command->add_flag("--json", args->json, "JSON on stdout instead of text");
+    add_output_flags(*command, args->out);
+  };
+  // -o/--output is checked before the command touches the store.
+  auto run = [&exit_code](std::shared_ptr<VectorArgs> args, int (*command)(const VectorArgs&)) {
+    exit_code = output_usable("vector", args->out) ? command(*args) : kExitErrors;
   };
   {
     auto args = std::make_shared<VectorArgs>();
@@ -581,7 +582,7 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
         ->required()
         ->check(whole_number_at_least(1));
     command->add_option("--metric", args->metric, "l2, ip or cosine (default l2)");
-    command->callback([args, &exit_code] { exit_code = run_create(*args); });
+    command->callback([args, run] { run(args, run_create); });
   }
   {
     auto args = std::make_shared<VectorArgs>();
@@ -602,7 +603,7 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
     command->add_option("--metadata", args->metadata,
                         "JSON Lines file: one flat JSON object per row, in row order, stored as "
                         "the rows' metadata (for query --where)");
-    command->callback([args, &exit_code] { exit_code = run_import(*args); });
+    command->callback([args, run] { run(args, run_import); });
   }
   {
     auto args = std::make_shared<VectorArgs>();
@@ -636,14 +637,14 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
     command->get_option("FILE")->required(false);
     command->add_option("--socket", args->socket,
                         "ask the `gpuopt vector serve` listening here instead of opening DIR");
-    command->callback([args, &exit_code] { exit_code = run_query(*args); });
+    command->callback([args, run] { run(args, run_query); });
   }
   {
     auto args = std::make_shared<VectorArgs>();
     CLI::App* command = vector->add_subcommand("info", "Collections, counts, segments and sizes");
     common(command, args);
     command->add_flag("--verify", args->verify, "check every segment's checksum");
-    command->callback([args, &exit_code] { exit_code = run_info(*args); });
+    command->callback([args, run] { run(args, run_info); });
   }
   {
     auto args = std::make_shared<VectorArgs>();
@@ -659,7 +660,7 @@ GPUOPT_REGISTER_COMMAND("", 70, [](CLI::App& parent, int& exit_code) {
                         "where k-means runs: cpu, gpu or auto (default: the GPU when present)");
     command->add_option("--threads", args->threads, "CPU threads (default all)")
         ->check(whole_number_at_least(0));
-    command->callback([args, &exit_code] { exit_code = run_reindex(*args); });
+    command->callback([args, run] { run(args, run_reindex); });
   }
 });
 

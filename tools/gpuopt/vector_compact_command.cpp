@@ -10,6 +10,7 @@
 #include "command_registry.hpp"
 #include "gpuopt/vector/store.hpp"
 #include "numeric_checks.hpp"
+#include "output_options.hpp"
 
 namespace gpuopt::cli {
 namespace {
@@ -22,18 +23,18 @@ struct CompactArgs {
   std::string collection = vec::kDefaultCollection;
   std::size_t target_rows = 0;
   int wait_ms = 0;
-  bool json = false;
+  OutputOptions out;  // -o/--output, --json
 };
 
 int run_compact(const CompactArgs& args) {
   auto fail = [&](const Status& status) {
-    if (args.json) {
+    if (args.out.json) {
       json error = {
           {"schema_version", 1},
           {"error", {{"code", status_code_name(status.code())}, {"message", status.message()}}}};
-      std::printf("%s\n", error.dump().c_str());
+      write_output("vector", args.out, error.dump() + "\n");
     }
-    std::fprintf(stderr, "gpuopt vector: %s\n", status.to_string().c_str());
+    print_error("vector", status);
     return kExitErrors;
   };
   vec::OpenOptions options;
@@ -46,7 +47,7 @@ int run_compact(const CompactArgs& args) {
   compact.target_rows = args.target_rows;
   auto report = (*collection)->compact(compact);
   if (!report.ok()) return fail(report.status().with_context(args.directory));
-  if (args.json) {
+  if (args.out.json) {
     json out = {{"schema_version", 1},
                 {"directory", args.directory},
                 {"collection", args.collection},
@@ -54,13 +55,15 @@ int run_compact(const CompactArgs& args) {
                 {"segments_after", report->segments_after},
                 {"rows_dropped", report->rows_dropped},
                 {"count", (*collection)->size()}};
-    std::printf("%s\n", out.dump().c_str());
-  } else {
-    std::printf("compacted %s: %zu segments -> %zu, %zu deleted rows dropped, %zu rows\n",
-                args.collection.c_str(), report->segments_before, report->segments_after,
-                report->rows_dropped, (*collection)->size());
+    return write_output("vector", args.out, out.dump() + "\n") ? kExitOk : kExitToolFailed;
   }
-  return kExitOk;
+  return write_output("vector", args.out,
+                      fmt::format("compacted {}: {} segments -> {}, {} deleted rows dropped, {} "
+                                  "rows\n",
+                                  args.collection, report->segments_before, report->segments_after,
+                                  report->rows_dropped, (*collection)->size()))
+             ? kExitOk
+             : kExitToolFailed;
 }
 
 // Runs after vector_command.cpp (order 70) has added the `vector` group.
@@ -79,8 +82,10 @@ GPUOPT_REGISTER_COMMAND("", 72, [](CLI::App& parent, int& exit_code) {
       ->add_option("--wait", args->wait_ms,
                    "milliseconds to wait for another writer to finish (default 0)")
       ->check(whole_number_at_least(0));
-  command->add_flag("--json", args->json, "JSON on stdout");
-  command->callback([args, &exit_code] { exit_code = run_compact(*args); });
+  add_output_flags(*command, args->out);
+  command->callback([args, &exit_code] {
+    exit_code = output_usable("vector", args->out) ? run_compact(*args) : kExitErrors;
+  });
 });
 
 }  // namespace

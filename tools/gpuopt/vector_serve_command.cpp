@@ -17,6 +17,7 @@
 #include "gpuopt/vector/store.hpp"
 #include "gpuopt/vector/vector_file.hpp"
 #include "numeric_checks.hpp"
+#include "output_options.hpp"
 #include "vector_socket_query.hpp"
 
 namespace gpuopt::cli {
@@ -34,20 +35,20 @@ struct ServeArgs {
   std::size_t limit = 0;
   long long start_id = -1;
   bool upsert = false;
-  bool json = false;
+  OutputOptions out;  // --json; -o/--output (send: its summary)
   int timeout_s = 30;
   bool read_only = false;
   int gpu_device = 0;
 };
 
 int fail(const ServeArgs& args, const Status& status) {
-  if (args.json) {
+  if (args.out.json) {
     json error = {
         {"schema_version", 1},
         {"error", {{"code", status_code_name(status.code())}, {"message", status.message()}}}};
-    std::printf("%s\n", error.dump().c_str());
+    write_output("vector", args.out, error.dump() + "\n");
   }
-  std::fprintf(stderr, "gpuopt vector: %s\n", status.message().c_str());
+  print_error("vector", status);
   return kExitErrors;
 }
 
@@ -90,7 +91,7 @@ int run_serve(const ServeArgs& args) {
     ++batches;
     rows += request.rows;
     emit(
-        args.json,
+        args.out.json,
         {{"event", "committed"},
          {"collection", request.collection},
          {"rows", request.rows},
@@ -100,7 +101,7 @@ int run_serve(const ServeArgs& args) {
   };
   options.on_error = [&](const vec::IngestReply& reply) {
     ++rejected;
-    emit(args.json,
+    emit(args.out.json,
          {{"event", "rejected"},
           {"request_id", reply.request_id},
           {"code", status_code_name(reply.code)},
@@ -124,7 +125,7 @@ int run_serve(const ServeArgs& args) {
           {{"name", name}, {"dim", (*collection)->dim()}, {"count", (*collection)->size()}});
     }
   }
-  emit(args.json,
+  emit(args.out.json,
        {{"schema_version", 1},
         {"event", "listening"},
         {"directory", args.directory},
@@ -137,7 +138,7 @@ int run_serve(const ServeArgs& args) {
   g_server = nullptr;
   server->reset();
   if (!served.ok()) return fail(args, served);
-  emit(args.json,
+  emit(args.out.json,
        {{"event", "stopped"},
         {"batches", batches.load()},
         {"rows", rows.load()},
@@ -178,28 +179,27 @@ int run_send(const ServeArgs& args) {
     auto acknowledged = (*client)->add(args.collection, ids, **buffer, args.upsert);
     if (!acknowledged.ok()) return fail(args, acknowledged.status().with_context(args.file));
     total = *acknowledged;
-    emit(args.json, {{"committed", begin + rows}, {"total", total}},
+    emit(args.out.json, {{"committed", begin + rows}, {"total", total}},
          fmt::format("committed {} total {}", begin + rows, total));
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   double rate = seconds > 0 ? double(file->rows) / seconds : 0;
-  emit(args.json,
-       {{"schema_version", 1},
-        {"file", args.file},
-        {"sent", file->rows},
-        {"total", total},
-        {"seconds", seconds},
-        {"vectors_per_s", rate}},
-       fmt::format("sent {} vectors from {} in {:.3f} s ({:.0f} vectors/s), total {}", file->rows,
-                   args.file, seconds, rate, total));
-  return kExitOk;
+  // The summary is the command's result: stdout, or --output (the per-batch lines stay on stdout).
+  const json summary = {{"schema_version", 1}, {"file", args.file},  {"sent", file->rows},
+                        {"total", total},      {"seconds", seconds}, {"vectors_per_s", rate}};
+  const std::string text =
+      args.out.json
+          ? summary.dump() + "\n"
+          : fmt::format("sent {} vectors from {} in {:.3f} s ({:.0f} vectors/s), total {}\n",
+                        file->rows, args.file, seconds, rate, total);
+  return write_output("vector", args.out, text) ? kExitOk : kExitToolFailed;
 }
 
 }  // namespace
 
 int run_socket_query(const SocketQueryArgs& args) {
   ServeArgs for_errors;
-  for_errors.json = args.json;
+  for_errors.out = args.out;
   auto engine = vec::parse_query_engine(args.engine);
   if (!engine.ok()) return fail(for_errors, engine.status());
   auto index = vec::parse_index_kind(args.index);
@@ -229,7 +229,7 @@ int run_socket_query(const SocketQueryArgs& args) {
   const double query_seconds = times[times.size() / 2];
   const double qps = query_seconds > 0 ? double(file->rows) / query_seconds : 0;
   const std::string answered(vec::query_engine_name(report.engine));
-  if (args.json) {
+  if (args.out.json) {
     json hits = json::array();
     for (const auto& per_query : *results) {
       json row = json::array();
@@ -241,24 +241,23 @@ int run_socket_query(const SocketQueryArgs& args) {
                 {"k", args.k},           {"nprobe", args.nprobe},
                 {"queries", file->rows}, {"query_seconds", query_seconds},
                 {"queries_per_s", qps},  {"results", std::move(hits)}};
-    std::printf("%s\n", out.dump().c_str());
-    return kExitOk;
+    return write_output("vector", args.out, out.dump() + "\n") ? kExitOk : kExitToolFailed;
   }
+  std::string text;
   std::size_t shown = args.show_all ? results->size() : std::min<std::size_t>(results->size(), 5);
   for (std::size_t q = 0; q < shown; ++q) {
-    std::string line = fmt::format("query {}:", q);
-    for (const auto& hit : (*results)[q]) line += fmt::format(" {}:{:.4g}", hit.id, hit.distance);
-    std::printf("%s\n", line.c_str());
+    text += fmt::format("query {}:", q);
+    for (const auto& hit : (*results)[q]) text += fmt::format(" {}:{:.4g}", hit.id, hit.distance);
+    text += "\n";
   }
   if (shown < results->size()) {
-    std::printf("... %zu more queries (--all shows them)\n", results->size() - shown);
+    text += fmt::format("... {} more queries (--all shows them)\n", results->size() - shown);
   }
-  std::printf(
-      "%zu queries, k=%zu, index %s, answered by %s on the server at %s: %.3f s (%.0f "
+  text += fmt::format(
+      "{} queries, k={}, index {}, answered by {} on the server at {}: {:.3f} s ({:.0f} "
       "queries/s, round trips included)\n",
-      file->rows, args.k, args.index.c_str(), answered.c_str(), args.socket.c_str(), query_seconds,
-      qps);
-  return kExitOk;
+      file->rows, args.k, args.index, answered, args.socket, query_seconds, qps);
+  return write_output("vector", args.out, text) ? kExitOk : kExitToolFailed;
 }
 
 namespace {
@@ -279,7 +278,7 @@ GPUOPT_REGISTER_COMMAND("", 71, [](CLI::App& parent, int& exit_code) {
         ->add_option("--timeout", args->timeout_s,
                      "seconds a client may stall mid-message (default 30)")
         ->check(whole_number_at_least(1));
-    command->add_flag("--json", args->json, "one JSON object per event on stdout");
+    command->add_flag("--json", args->out.json, "one JSON object per event on stdout");
     command->add_flag("--read-only", args->read_only,
                       "answer queries and counts only; take no writer lock");
     command
@@ -306,8 +305,14 @@ GPUOPT_REGISTER_COMMAND("", 71, [](CLI::App& parent, int& exit_code) {
     command->add_flag("--upsert", args->upsert, "replace ids that exist instead of failing");
     command->add_option("--timeout", args->timeout_s, "seconds to wait for each reply (default 30)")
         ->check(whole_number_at_least(1));
-    command->add_flag("--json", args->json, "JSON on stdout");
-    command->callback([args, &exit_code] { exit_code = run_send(*args); });
+    OutputFlags flags;
+    flags.json_help =
+        "JSON instead of text: a line per batch on stdout, then the summary (to stdout, or to "
+        "--output)";
+    add_output_flags(*command, args->out, flags);
+    command->callback([args, &exit_code] {
+      exit_code = output_usable("vector", args->out) ? run_send(*args) : kExitErrors;
+    });
   }
 });
 

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <string>
 
+#include "output_options.hpp"
+
 namespace gpuopt::cli {
 
 struct SocketQueryArgs {
@@ -19,10 +21,11 @@ struct SocketQueryArgs {
   std::size_t limit = 0;
   int repeat = 1;
   bool show_all = false;
-  bool json = false;
+  OutputOptions out;  // --json, -o/--output
 };
 
-// Exit code: kExitOk, or kExitErrors with the error on stderr (and as JSON with --json).
+// Exit code: kExitOk, or kExitErrors with the error on stderr (and as JSON with --json, written
+// where the result would have gone).
 int run_socket_query(const SocketQueryArgs& args);
 
 }  // namespace gpuopt::cli

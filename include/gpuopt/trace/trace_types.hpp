@@ -32,12 +32,18 @@ enum class CopyDirection {
 
 std::string_view activity_kind_name(ActivityKind kind);         // "kernel", "memcpy", ...
 std::string_view copy_direction_name(CopyDirection direction);  // "H2D", "D2H", ...
+// A CUDA API name as people know it: CUPTI's callback name less its version and per-thread
+// default-stream suffixes ("cudaLaunchKernel_v7000" -> "cudaLaunchKernel",
+// "cudaStreamSynchronize_ptsz_v7000" -> "cudaStreamSynchronize", "cuMemcpyHtoD_v2" ->
+// "cuMemcpyHtoD"). A name without such a suffix comes back unchanged.
+std::string clean_api_name(std::string_view name);
 // Inverse of the two above; nullopt for an unknown name.
 std::optional<ActivityKind> parse_activity_kind(std::string_view name);
 std::optional<CopyDirection> parse_copy_direction(std::string_view name);
 
-// One activity with start/end in CUPTI's clock (ns). Device activities fill device/stream, host
-// activities fill process/thread; fields that do not apply stay zero.
+// One activity with start/end in CUPTI's clock (ns). Device activities fill device/stream (and the
+// process that issued them, 0 when unknown), host activities fill process/thread (the OS thread
+// id); fields that do not apply stay zero.
 struct ActivityRecord {
   ActivityKind kind = ActivityKind::kKernel;
   // Kernel (demangled), API ("cudaStreamSynchronize"), NVTX message, or synchronization type.

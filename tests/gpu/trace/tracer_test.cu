@@ -1,6 +1,8 @@
 // The in-process Tracer on a workload with known counts: exactly those kernels, copies and memsets,
 // kernel durations within 5% of CUDA events around each kernel, host synchronizations counted.
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "common/test_support.hpp"
+#include "gpuopt/trace/chrome_trace.hpp"
 #include "gpuopt/trace/summary.hpp"
 #include "gpuopt/trace/tracer.hpp"
 #include "programs/known_workload.cuh"
@@ -96,6 +99,41 @@ TEST_F(TracerGpuTest, KnownWorkloadHasExactlyTheKnownCounts) {
   EXPECT_EQ(static_cast<int>(kernel_streams.size()), expected.streams);
   ASSERT_EQ(summary.devices.size(), 1u);
   EXPECT_GT(summary.devices[0].stream_overlap_ns, 0u);  // the two streams ran side by side
+}
+
+// The host track of an API call is the OS thread that made it (gettid, as top -H and Nsight
+// Systems show it), and the Chrome trace draws one launch arrow per kernel, copy and memset the
+// workload issued, each from a call on this thread.
+TEST_F(TracerGpuTest, ApiCallsCarryTheOsThreadIdAndEveryLaunchHasAnArrow) {
+  const TraceData data = traced_run(nullptr);
+  const auto this_thread = static_cast<std::uint32_t>(::syscall(SYS_gettid));
+  const auto this_process = static_cast<std::uint32_t>(::getpid());
+  int api_calls = 0, device_work = 0;
+  for (const ActivityRecord& record : data.records) {
+    if (record.kind == ActivityKind::kRuntimeApi) {
+      ++api_calls;
+      EXPECT_EQ(record.thread_id, this_thread) << record.name;
+      EXPECT_EQ(record.process_id, this_process) << record.name;
+    }
+    if (record.on_device()) {
+      ++device_work;
+      EXPECT_EQ(record.process_id, this_process) << record.name;
+    }
+  }
+  ASSERT_GT(api_calls, 0);
+  const nlohmann::json trace = chrome_trace_json(data);
+  int starts = 0, finishes = 0;
+  for (const nlohmann::json& event : trace["traceEvents"]) {
+    if (event["ph"] == "s") {
+      ++starts;
+      EXPECT_EQ(event["tid"], this_thread);
+    }
+    if (event["ph"] == "f") ++finishes;
+  }
+  const KnownCounts expected;
+  EXPECT_EQ(device_work, expected.kernels + expected.h2d + expected.d2h + expected.memsets);
+  EXPECT_EQ(starts, device_work);
+  EXPECT_EQ(finishes, device_work);
 }
 
 // Each traced kernel lasts what the CUDA events around it say, within 5 % or 75 us: the events
