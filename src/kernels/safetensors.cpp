@@ -34,6 +34,25 @@ constexpr DtypeInfo kDtypes[] = {
 // The spec caps the header at 100 MB; anything larger is a corrupt length.
 constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;
 
+// pread of exactly `size` bytes at `offset`; a file that ends first (it shrank after the header
+// was checked) is DATA_LOSS naming it.
+Status read_exactly(int fd, void* out, std::size_t size, std::uint64_t offset,
+                    const std::string& path) {
+  auto* p = static_cast<char*>(out);
+  std::size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pread(fd, p + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return data_loss(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+    if (n == 0) {
+      return data_loss(fmt::format("{} ends at byte {}, before the {} bytes at offset {}", path,
+                                   offset + done, size, offset));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 std::string_view tensor_dtype_name(TensorDtype dtype) {
@@ -94,8 +113,35 @@ Status write_file(const std::string& path, std::span<const std::byte> bytes) {
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  GPUOPT_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, read_file(path));
-  return parse(std::move(bytes), path);
+  // Only the header is read now; each tensor is read (pread) when it is asked for, so a
+  // checkpoint far larger than memory costs what its used tensors do.
+  GPUOPT_ASSIGN_OR_RETURN(FileDescriptor fd, open_regular_file(path));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    return data_loss(fmt::format("cannot read the size of {}: {}", path, std::strerror(errno)));
+  }
+  const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
+  auto bad = [&](const std::string& what) {
+    return invalid_argument(fmt::format("{}: not a valid safetensors file: {}", path, what));
+  };
+  if (file_bytes < 8)
+    return bad(fmt::format("{} bytes, too short for the header length", file_bytes));
+  std::byte length[8];
+  GPUOPT_RETURN_IF_ERROR(read_exactly(fd.get(), length, 8, 0, path));
+  std::uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i)
+    header_bytes = (header_bytes << 8) | static_cast<std::uint8_t>(length[i]);
+  if (header_bytes > kMaxHeaderBytes || header_bytes > file_bytes - 8) {
+    return bad(
+        fmt::format("header length {} exceeds the file ({} bytes)", header_bytes, file_bytes));
+  }
+  std::string header(static_cast<std::size_t>(header_bytes), '\0');
+  GPUOPT_RETURN_IF_ERROR(read_exactly(fd.get(), header.data(), header.size(), 8, path));
+  SafetensorsFile file;
+  file.origin_ = path;
+  GPUOPT_RETURN_IF_ERROR(file.parse_header(header, file_bytes));
+  file.fd_ = std::make_shared<FileDescriptor>(std::move(fd));
+  return file;
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::parse(std::vector<std::byte> bytes, std::string origin) {
@@ -111,15 +157,23 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::vector<std::byte> bytes, s
     return bad(
         fmt::format("header length {} exceeds the file ({} bytes)", header_bytes, bytes.size()));
   }
-  const char* header_begin = reinterpret_cast<const char*>(bytes.data()) + 8;
-  nlohmann::json header =
-      nlohmann::json::parse(header_begin, header_begin + header_bytes, nullptr, false);
-  if (header.is_discarded() || !header.is_object()) return bad("the header is not a JSON object");
-
   SafetensorsFile file;
   file.origin_ = std::move(origin);
-  file.data_start_ = 8 + static_cast<std::size_t>(header_bytes);
-  const std::size_t data_bytes = bytes.size() - file.data_start_;
+  GPUOPT_RETURN_IF_ERROR(file.parse_header(
+      std::string_view(reinterpret_cast<const char*>(bytes.data()) + 8, header_bytes),
+      bytes.size()));
+  file.bytes_ = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
+  return file;
+}
+
+Status SafetensorsFile::parse_header(std::string_view header_text, std::uint64_t file_bytes) {
+  auto bad = [&](const std::string& what) {
+    return invalid_argument(fmt::format("{}: not a valid safetensors file: {}", origin_, what));
+  };
+  nlohmann::json header = nlohmann::json::parse(header_text, nullptr, false);
+  if (header.is_discarded() || !header.is_object()) return bad("the header is not a JSON object");
+  data_start_ = 8 + header_text.size();
+  const std::uint64_t data_bytes = file_bytes - data_start_;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     const nlohmann::json& value = it.value();
@@ -128,7 +182,7 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::vector<std::byte> bytes, s
       for (auto m = value.begin(); m != value.end(); ++m) {
         if (!m.value().is_string())
           return bad(fmt::format("__metadata__.{} is not a string", m.key()));
-        file.metadata_[m.key()] = m.value().get<std::string>();
+        metadata_[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
@@ -174,10 +228,9 @@ StatusOr<SafetensorsFile> SafetensorsFile::parse(std::vector<std::byte> bytes, s
     }
     entry.begin = static_cast<std::size_t>(begin);
     entry.end = static_cast<std::size_t>(end);
-    file.entries_.emplace(name, std::move(entry));
+    entries_.emplace(name, std::move(entry));
   }
-  file.bytes_ = std::move(bytes);
-  return file;
+  return ok_status();
 }
 
 std::vector<std::string> SafetensorsFile::names() const {
@@ -199,8 +252,18 @@ StatusOr<TensorView> SafetensorsFile::tensor(std::string_view name) const {
   view.name = it->first;
   view.dtype = it->second.dtype;
   view.shape = it->second.shape;
-  view.data = std::span<const std::byte>(bytes_.data() + data_start_ + it->second.begin,
-                                         it->second.end - it->second.begin);
+  const std::size_t size = it->second.end - it->second.begin;
+  if (bytes_ != nullptr) {
+    view.storage = bytes_;
+    view.data = std::span<const std::byte>(bytes_->data() + data_start_ + it->second.begin, size);
+    return view;
+  }
+  auto storage = std::make_shared<std::vector<std::byte>>(size);
+  GPUOPT_RETURN_IF_ERROR(
+      read_exactly(fd_->get(), storage->data(), size, data_start_ + it->second.begin, origin_)
+          .with_context(fmt::format("tensor '{}'", view.name)));
+  view.data = std::span<const std::byte>(storage->data(), size);
+  view.storage = std::move(storage);
   return view;
 }
 

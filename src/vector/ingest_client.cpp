@@ -1,9 +1,9 @@
-// The ingest client: owns 0600 shared-memory buffers with random names, sends binary requests
-// over the Unix socket and waits for the server's post-commit acknowledgement.
+// The ingest client: owns sealed memfd buffers, sends binary requests over the Unix socket (the
+// buffer's descriptor with each write) and waits for the server's post-commit acknowledgement.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -19,31 +19,11 @@
 
 namespace gpuopt::vector {
 
-namespace {
-
 using detail::errno_error;
-
-StatusOr<std::string> random_shm_name() {
-  std::uint8_t random[16];
-  std::size_t got = 0;
-  while (got < sizeof(random)) {
-    ssize_t n = getrandom(random + got, sizeof(random) - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno_error("getrandom");
-    }
-    got += static_cast<std::size_t>(n);
-  }
-  std::string name = kIngestShmPrefix;
-  for (std::uint8_t byte : random) name += fmt::format("{:02x}", byte);
-  return name;
-}
-
-}  // namespace
 
 ShmBuffer::~ShmBuffer() {
   if (data_ != nullptr) munmap(data_, bytes_);
-  if (!name_.empty()) shm_unlink(name_.c_str());
+  if (fd_ >= 0) ::close(fd_);
 }
 
 StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::create(std::size_t rows, std::size_t dim) {
@@ -55,20 +35,18 @@ StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::create(std::size_t rows, std::si
   buffer->rows_ = rows;
   buffer->dim_ = dim;
   buffer->bytes_ = rows * dim * sizeof(float);
-  GPUOPT_ASSIGN_OR_RETURN(std::string name, random_shm_name());
-  // O_EXCL: never adopt an object someone else created under this name.
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) return errno_error(fmt::format("shm_open {}", name));
-  buffer->name_ = name;  // from here the destructor unlinks it
-  // The umask cannot add bits, only remove them; make the mode exactly 0600 whatever it is.
-  if (fchmod(fd, 0600) != 0 || ftruncate(fd, static_cast<off_t>(buffer->bytes_)) != 0) {
-    Status status = errno_error(fmt::format("shm {}: fchmod/ftruncate", name));
-    ::close(fd);
-    return status;
+  // An anonymous memfd: no name anyone could open or that a killed process could leave behind.
+  buffer->fd_ = memfd_create("gpuopt-ingest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (buffer->fd_ < 0) return errno_error("shm buffer: memfd_create");
+  // Sealed at its size: the server maps it and relies on it never shrinking under the mapping.
+  if (ftruncate(buffer->fd_, static_cast<off_t>(buffer->bytes_)) != 0) {
+    return errno_error(fmt::format("shm buffer: ftruncate to {} bytes", buffer->bytes_));
   }
-  void* data = mmap(nullptr, buffer->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (data == MAP_FAILED) return errno_error(fmt::format("shm {}: mmap", name));
+  if (fcntl(buffer->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return errno_error("shm buffer: F_ADD_SEALS");
+  }
+  void* data = mmap(nullptr, buffer->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, buffer->fd_, 0);
+  if (data == MAP_FAILED) return errno_error("shm buffer: mmap");
   buffer->data_ = static_cast<float*>(data);
   return buffer;
 }
@@ -98,16 +76,31 @@ StatusOr<std::unique_ptr<IngestClient>> IngestClient::connect(
 }
 
 StatusOr<IngestReply> IngestClient::send_raw(std::span<const std::uint8_t> bytes,
-                                             bool add_length_prefix) {
-  GPUOPT_RETURN_IF_ERROR(add_length_prefix ? detail::send_frame(fd_, bytes)
-                                           : detail::send_all(fd_, bytes));
+                                             bool add_length_prefix, int pass_fd) {
+  Status sent =
+      add_length_prefix ? detail::send_frame(fd_, bytes, pass_fd) : detail::send_all(fd_, bytes);
+  if (!sent.ok()) {
+    // A server that refuses a peer (wrong uid) sends its reason and closes before reading: the
+    // send then fails (EPIPE), but the reason is waiting to be read and says more.
+    pollfd readable{fd_, POLLIN, 0};
+    if (::poll(&readable, 1, 0) == 1 && (readable.revents & POLLIN) != 0) {
+      std::vector<std::uint8_t> body;
+      if (detail::receive_frame(fd_, kIngestMaxBody, &body).ok()) {
+        auto reply = parse_reply(body);
+        if (reply.ok()) return reply;
+      }
+    }
+    return sent;
+  }
   std::vector<std::uint8_t> body;
   GPUOPT_RETURN_IF_ERROR(detail::receive_frame(fd_, kIngestMaxBody, &body).with_context("reply"));
   return parse_reply(body);
 }
 
 StatusOr<IngestReply> IngestClient::exchange(const IngestRequest& request) {
-  GPUOPT_ASSIGN_OR_RETURN(IngestReply reply, send_raw(encode_request(request), true));
+  GPUOPT_ASSIGN_OR_RETURN(IngestReply reply,
+                          send_raw(encode_request(request), true,
+                                   request.payload == IngestPayload::kMemfd ? request.memfd : -1));
   if (reply.code != StatusCode::kOk) {
     // A request the server could not parse is answered with request id 0.
     return Status(reply.code, fmt::format("vector server: {}", reply.message));
@@ -181,12 +174,12 @@ StatusOr<std::uint64_t> IngestClient::add(const std::string& collection,
   }
   IngestRequest request;
   request.op = upsert ? IngestOp::kUpsert : IngestOp::kAdd;
-  request.payload = IngestPayload::kShm;
+  request.payload = IngestPayload::kMemfd;
   request.collection = collection;
   request.dim = static_cast<std::uint32_t>(buffer.dim());
   request.rows = ids.size();
   request.request_id = next_request_id_++;
-  request.shm_name = buffer.name();
+  request.memfd = buffer.fd();
   request.ids.assign(ids.begin(), ids.end());
   return round_trip(request);
 }

@@ -195,7 +195,7 @@ StatusOr<IngestRequest> parse_request(std::span<const std::uint8_t> body) {
   if (op < 1 || op > 4) return invalid_argument(fmt::format("unknown op {} (1..4)", op));
   request.op = static_cast<IngestOp>(op);
   GPUOPT_RETURN_IF_ERROR(r.get(payload, "payload"));
-  if (payload > 2) return invalid_argument(fmt::format("unknown payload kind {} (0..2)", payload));
+  if (payload > 3) return invalid_argument(fmt::format("unknown payload kind {} (0..3)", payload));
   request.payload = static_cast<IngestPayload>(payload);
   GPUOPT_RETURN_IF_ERROR(r.get(collection_length, "collection length"));
   if (collection_length == 0 || collection_length > kMaxCollectionName) {
@@ -214,7 +214,7 @@ StatusOr<IngestRequest> parse_request(std::span<const std::uint8_t> body) {
   const bool writes = request.op != IngestOp::kCount;
   if (writes) {
     if (request.payload == IngestPayload::kNone) {
-      return invalid_argument("add/upsert without a payload (shm or CUDA IPC)");
+      return invalid_argument("add/upsert without a payload (memfd, shm or CUDA IPC)");
     }
     if (request.dim == 0 || request.dim > kMaxDim) {
       return invalid_argument(fmt::format("dim {} (1..{})", request.dim, kMaxDim));

@@ -1,6 +1,6 @@
 // The vector server: accepts Unix-socket connections, decodes binary requests, maps the client's
-// shared memory (or opens its CUDA IPC handle) and commits the rows, replying only after commit,
-// and answers queries from its one view of each collection.
+// sealed memfd (or reads its named shm, or opens its CUDA IPC handle) and commits the rows,
+// replying only after commit, and answers queries from its one view of each collection.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
@@ -34,63 +34,108 @@ namespace {
 
 using detail::errno_error;
 
-// A read-only mapping of a client's shm object, checked before use.
-class ShmMapping {
+// Closes the descriptors a frame brought along, whatever path the request takes.
+struct ReceivedFds {
+  std::vector<int> fds;
+  ~ReceivedFds() { close_all(); }
+  void close_all() {
+    for (int fd : fds) ::close(fd);
+    fds.clear();
+  }
+};
+
+// A read-only mapping of a client's memfd. Only a memfd sealed against shrinking is mapped: a
+// file that can shrink under a mapping turns the next read of the lost pages into SIGBUS, which
+// would kill the server for every client.
+class SealedMapping {
  public:
-  ~ShmMapping() {
+  ~SealedMapping() {
     if (data_ != nullptr) munmap(data_, bytes_);
   }
-  static StatusOr<std::unique_ptr<ShmMapping>> open(const std::string& name, std::size_t needed) {
-    // The client names the object: O_NONBLOCK so that a FIFO (or socket) it put there fails or
-    // is refused here instead of blocking the server while it holds the write lock.
-    int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW, 0);
-    if (fd < 0) {
-      if (errno == ENXIO) {
-        return invalid_argument(fmt::format("shm {} is not a regular shared-memory object", name));
-      }
-      return errno_error(fmt::format("shm {}", name));
+  static StatusOr<std::unique_ptr<SealedMapping>> open(int fd, std::size_t needed) {
+    if (fd < 0) return invalid_argument("memfd payload: the request carried no file descriptor");
+    GPUOPT_RETURN_IF_ERROR(require_regular_descriptor(fd, "memfd payload"));
+    const int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0) {
+      return invalid_argument(fmt::format(
+          "memfd payload: the descriptor is not a sealable memfd ({})", std::strerror(errno)));
     }
-    auto close_fd = [fd] { ::close(fd); };
-    if (Status regular = require_regular_descriptor(fd, "shm " + name); !regular.ok()) {
-      close_fd();
-      return regular;
+    constexpr int kRequired = F_SEAL_SHRINK | F_SEAL_GROW;
+    if ((seals & kRequired) != kRequired) {
+      return invalid_argument(
+          fmt::format("memfd payload: seals 0x{:x} lack F_SEAL_SHRINK and F_SEAL_GROW (a "
+                      "buffer that can change size under the server's mapping is refused)",
+                      seals));
     }
     struct stat st {};
-    if (fstat(fd, &st) != 0) {
-      Status status = errno_error(fmt::format("shm {}: fstat", name));
-      close_fd();
-      return status;
-    }
-    if (st.st_uid != geteuid()) {
-      close_fd();
-      return permission_denied(fmt::format("shm {} is owned by uid {}, the server runs as uid {}",
-                                           name, st.st_uid, geteuid()));
-    }
-    if ((st.st_mode & 07777) != 0600) {
-      close_fd();
-      return permission_denied(
-          fmt::format("shm {} has mode {:04o}; only 0600 is accepted", name, st.st_mode & 07777));
-    }
+    if (fstat(fd, &st) != 0) return errno_error("memfd payload: fstat");
     if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) < needed) {
-      close_fd();
-      return invalid_argument(fmt::format("shm too small: {} is {} bytes, rows x dim x 4 = {}",
-                                          name, st.st_size, needed));
+      return invalid_argument(fmt::format("memfd payload too small: {} bytes, rows x dim x 4 = {}",
+                                          st.st_size, needed));
     }
-    auto mapping = std::unique_ptr<ShmMapping>(new ShmMapping());
-    mapping->bytes_ = needed;
+    auto mapping = std::unique_ptr<SealedMapping>(new SealedMapping());
     void* data = mmap(nullptr, needed, PROT_READ, MAP_SHARED, fd, 0);
-    close_fd();
-    if (data == MAP_FAILED) return errno_error(fmt::format("shm {}: mmap", name));
+    if (data == MAP_FAILED) return errno_error("memfd payload: mmap");
     mapping->data_ = data;
+    mapping->bytes_ = needed;
     return mapping;
   }
   const float* vectors() const { return static_cast<const float*>(data_); }
 
  private:
-  ShmMapping() = default;
+  SealedMapping() = default;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
 };
+
+// A client's named shm object, checked and then read (not mapped): its owner can shrink it at
+// any moment, and pread of a shrunk object is a short read, where a mapping would fault.
+StatusOr<std::vector<float>> read_named_shm(const std::string& name, std::size_t needed) {
+  // The client names the object: O_NONBLOCK so that a FIFO (or socket) it put there fails or
+  // is refused here instead of blocking the server while it holds the write lock.
+  int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW, 0);
+  if (fd < 0) {
+    if (errno == ENXIO) {
+      return invalid_argument(fmt::format("shm {} is not a regular shared-memory object", name));
+    }
+    return errno_error(fmt::format("shm {}", name));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  GPUOPT_RETURN_IF_ERROR(require_regular_descriptor(fd, "shm " + name));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return errno_error(fmt::format("shm {}: fstat", name));
+  if (st.st_uid != geteuid()) {
+    return permission_denied(fmt::format("shm {} is owned by uid {}, the server runs as uid {}",
+                                         name, st.st_uid, geteuid()));
+  }
+  if ((st.st_mode & 07777) != 0600) {
+    return permission_denied(
+        fmt::format("shm {} has mode {:04o}; only 0600 is accepted", name, st.st_mode & 07777));
+  }
+  if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) < needed) {
+    return invalid_argument(fmt::format("shm too small: {} is {} bytes, rows x dim x 4 = {}", name,
+                                        st.st_size, needed));
+  }
+  std::vector<float> vectors(needed / sizeof(float));
+  auto* out = reinterpret_cast<char*>(vectors.data());
+  std::size_t got = 0;
+  while (got < needed) {
+    ssize_t n = ::pread(fd, out + got, needed - got, static_cast<off_t>(got));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_error(fmt::format("shm {}: read", name));
+    }
+    if (n == 0) {
+      return invalid_argument(fmt::format(
+          "shm {} shrank while the server read it: {} of {} bytes were there", name, got, needed));
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  return vectors;
+}
 
 #if GPUOPT_CUDA
 // cuMemGetAddressRange through the runtime's driver entry point (libcuda is never linked).
@@ -238,11 +283,21 @@ Status IngestServer::serve() {
     }
     ucred peer{};
     socklen_t length = sizeof(peer);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 ||
-        (peer.uid != geteuid() && peer.uid != 0)) {
+    const bool known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0;
+    if (!known || (peer.uid != geteuid() && peer.uid != 0)) {
+      // The refusal is sent before the close, and the client reads it even when its own send
+      // failed because of the close.
       IngestReply reply;
       reply.code = StatusCode::kPermissionDenied;
-      reply.message = fmt::format("uid {} may not use this store", peer.uid);
+      reply.message = known ? fmt::format(
+                                  "uid {} may not use this server: it serves only its own uid {} "
+                                  "and root (SO_PEERCRED check)",
+                                  peer.uid, geteuid())
+                            : fmt::format("the peer's uid is unknown (SO_PEERCRED: {}); refused",
+                                          std::strerror(errno));
+      if (s.options.on_error) s.options.on_error(reply);
+      Status timeouts = detail::set_timeouts(fd, 1);  // a refused peer cannot hold the loop
+      (void)timeouts;
       Status ignored = detail::send_frame(fd, encode_reply(reply));
       (void)ignored;
       ::close(fd);
@@ -264,8 +319,12 @@ Status IngestServer::serve() {
 
 void IngestServer::serve_connection(int fd) {
   std::vector<std::uint8_t> body;
+  ReceivedFds received_fds;
   for (;;) {
-    Status received = detail::receive_frame(fd, kIngestMaxBody, &body);
+    // A large frame's buffer is not kept while the connection idles.
+    if (body.capacity() > (std::size_t{1} << 20)) std::vector<std::uint8_t>().swap(body);
+    received_fds.close_all();
+    Status received = detail::receive_frame(fd, kIngestMaxBody, &body, &received_fds.fds);
     if (!received.ok()) {
       // A clean close between frames is the normal end; anything else gets a reply if the peer
       // is still there to read it, and the connection is closed (framing is lost).
@@ -287,9 +346,25 @@ void IngestServer::serve_connection(int fd) {
       // Echo the request id when the header got that far (bytes 24..32).
       if (body.size() >= 32) std::memcpy(&reply.request_id, body.data() + 24, 8);
       if (state_->options.on_error) state_->options.on_error(reply);
+    } else if (request->payload == IngestPayload::kMemfd && received_fds.fds.size() != 1) {
+      reply.request_id = request->request_id;
+      reply.code = StatusCode::kInvalidArgument;
+      reply.message =
+          fmt::format("memfd payload: the frame carried {} file descriptors (exactly 1 expected)",
+                      received_fds.fds.size());
+      if (state_->options.on_error) state_->options.on_error(reply);
+    } else if (request->payload != IngestPayload::kMemfd && !received_fds.fds.empty()) {
+      reply.request_id = request->request_id;
+      reply.code = StatusCode::kInvalidArgument;
+      reply.message =
+          fmt::format("the frame carried {} file descriptors but its payload takes none",
+                      received_fds.fds.size());
+      if (state_->options.on_error) state_->options.on_error(reply);
     } else {
+      if (request->payload == IngestPayload::kMemfd) request->memfd = received_fds.fds[0];
       reply = handle(*request);
     }
+    received_fds.close_all();  // not held while the connection waits for its next frame
     if (!detail::send_frame(fd, encode_reply(reply)).ok()) break;
   }
 }
@@ -350,11 +425,16 @@ IngestReply IngestServer::handle(const IngestRequest& request) {
   const bool replace = request.op == IngestOp::kUpsert;
   const std::uint64_t needed = request.rows * request.dim * sizeof(float);
   Status written;
-  if (request.payload == IngestPayload::kShm) {
-    auto mapping = ShmMapping::open(request.shm_name, needed);
+  if (request.payload == IngestPayload::kMemfd) {
+    auto mapping = SealedMapping::open(request.memfd, needed);
     if (!mapping.ok()) return reject(mapping.status());
     written = replace ? collection.upsert(request.ids, (*mapping)->vectors())
                       : collection.add(request.ids, (*mapping)->vectors());
+  } else if (request.payload == IngestPayload::kShm) {
+    auto vectors = read_named_shm(request.shm_name, needed);
+    if (!vectors.ok()) return reject(vectors.status());
+    written = replace ? collection.upsert(request.ids, vectors->data())
+                      : collection.add(request.ids, vectors->data());
   } else if (request.payload == IngestPayload::kCudaIpc) {
 #if GPUOPT_CUDA
     written = [&]() -> Status {

@@ -96,7 +96,9 @@ int run_serve(const ServeArgs& args) {
          {"collection", request.collection},
          {"rows", request.rows},
          {"total", total},
-         {"payload", request.payload == vec::IngestPayload::kShm ? "shm" : "cuda_ipc"}},
+         {"payload", request.payload == vec::IngestPayload::kCudaIpc ? "cuda_ipc"
+                     : request.payload == vec::IngestPayload::kShm   ? "shm"
+                                                                     : "memfd"}},
         fmt::format("committed {} rows into {} total {}", request.rows, request.collection, total));
   };
   options.on_error = [&](const vec::IngestReply& reply) {

@@ -6,11 +6,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "gpuopt/core/regular_file.hpp"
 #include "gpuopt/core/status.hpp"
 #include "gpuopt/kernels/quant_formats.hpp"
 
@@ -40,11 +42,16 @@ struct TensorView {
   TensorDtype dtype = TensorDtype::kF32;
   std::vector<std::int64_t> shape;
   std::span<const std::byte> data;
+  // What `data` points into: the tensor's own bytes, read when it was asked for, or the whole
+  // buffer of a parsed file. Copies of the view share it.
+  std::shared_ptr<const std::vector<std::byte>> storage;
   std::int64_t elements() const;
 };
 
 class SafetensorsFile {
  public:
+  // Reads and checks the header only (every tensor must lie inside the file); tensor() then reads
+  // that tensor's bytes with pread. Memory follows the tensors asked for, never the file's size.
   static StatusOr<SafetensorsFile> open(const std::string& path);
   // `origin` names the bytes in error messages.
   static StatusOr<SafetensorsFile> parse(std::vector<std::byte> bytes, std::string origin);
@@ -61,7 +68,9 @@ class SafetensorsFile {
     std::vector<std::int64_t> shape;
     std::size_t begin, end;  // within the data section
   };
-  std::vector<std::byte> bytes_;
+  Status parse_header(std::string_view header_text, std::uint64_t file_bytes);
+  std::shared_ptr<const std::vector<std::byte>> bytes_;  // parse(): the whole file
+  std::shared_ptr<FileDescriptor> fd_;                   // open(): read on demand
   std::size_t data_start_ = 0;
   std::string origin_;
   std::map<std::string, Entry, std::less<>> entries_;

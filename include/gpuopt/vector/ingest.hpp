@@ -1,18 +1,25 @@
 // Cross-process zero-copy ingest into a vector store: a binary, length-prefixed protocol over a
-// Unix stream socket whose vectors travel through POSIX shared memory or a CUDA IPC handle.
+// Unix stream socket whose vectors travel through a sealed memfd passed with the frame, named
+// POSIX shared memory or a CUDA IPC handle.
 //
 // Frame: u32 little-endian body length, then the body. Request body (little-endian, packed):
 //   u32 magic "GVIQ" | u16 version | u16 op (1 add, 2 upsert, 3 count, 4 query) | u16 payload
-//   (0 none, 1 shm, 2 CUDA IPC) | u16 collection length | u32 dim | u64 rows | u64 request id |
+//   (0 none, 1 shm, 2 CUDA IPC, 3 memfd) | u16 collection length | u32 dim | u64 rows | u64
+//   request id |
 //   collection bytes | payload descriptor | rows x u64 ids
 //   A query (payload none, rows = number of queries) ends instead with: u32 k | u16 engine
 //   (0 cpu, 1 gpu, 2 auto) | u16 index (0 exact, 1 ivf) | u32 nprobe | u32 where length |
 //   where JSON | rows x dim fp32 queries.
 //   shm descriptor:      u16 name length | name ("/gpuopt-ingest-" + 32 hex digits)
 //   CUDA IPC descriptor: i32 device | 64-byte cudaIpcMemHandle_t | u64 byte offset
-// The shm object holds [rows, dim] fp32 row-major from offset 0; the server opens it read-only,
-// checks owner (= server user), mode (exactly 0600) and size (>= rows*dim*4, from fstat), and
-// maps it; the vectors go from the mapping straight into the segment file. No JSON anywhere.
+//   memfd descriptor:    none; the frame carries one file descriptor (SCM_RIGHTS, on its first
+//                        bytes): a memfd sealed with F_SEAL_SHRINK and F_SEAL_GROW
+// Either object holds [rows, dim] fp32 row-major from offset 0. A memfd is checked (seals, size
+// >= rows*dim*4) and mapped: it cannot shrink, so reading it cannot fault, and the vectors go
+// from the mapping straight into the segment file; it has no name, so a sender killed at any
+// point leaves nothing behind. A named shm object is opened read-only and checked (owner =
+// server user, mode exactly 0600, size) and then read with pread into the server's memory (one
+// copy): its owner could shrink it at any time, which would fault a mapping. No JSON anywhere.
 // Reply body: u32 magic "GVIR" | u16 version | u16 status code | u64 request id | u64 total live
 // rows in the collection | u32 message length | message (at most 4096 bytes) | results. A
 // success reply is sent only after the batch's SQLite transaction has committed, so an
@@ -48,7 +55,7 @@ enum class IngestOp : std::uint16_t { kAdd = 1, kUpsert = 2, kCount = 3, kQuery 
 inline constexpr std::uint32_t kIngestMaxK = 4096;
 // Longest `where` filter a query message may carry.
 inline constexpr std::size_t kIngestMaxWhere = 65536;
-enum class IngestPayload : std::uint16_t { kNone = 0, kShm = 1, kCudaIpc = 2 };
+enum class IngestPayload : std::uint16_t { kNone = 0, kShm = 1, kCudaIpc = 2, kMemfd = 3 };
 
 struct IngestRequest {
   IngestOp op = IngestOp::kAdd;
@@ -57,7 +64,10 @@ struct IngestRequest {
   std::uint32_t dim = 0;
   std::uint64_t rows = 0;
   std::uint64_t request_id = 0;
-  std::string shm_name;                           // kShm
+  std::string shm_name;  // kShm
+  // kMemfd: the descriptor sent with the frame (not part of the body). The client's own; on the
+  // server, the one received, owned by the connection for the request's lifetime.
+  int memfd = -1;
   std::int32_t cuda_device = 0;                   // kCudaIpc
   std::array<std::uint8_t, 64> cuda_handle = {};  // kCudaIpc: cudaIpcMemHandle_t bytes
   std::uint64_t cuda_offset = 0;                  // kCudaIpc: bytes from the allocation start
@@ -141,8 +151,9 @@ class IngestServer {
 };
 
 // A shared-memory buffer a client fills with [rows, dim] fp32 vectors and sends without another
-// copy. The object is created with O_EXCL, mode 0600 and a 128-bit random name, and unlinked when
-// the buffer is destroyed.
+// copy: an anonymous memfd sealed against shrinking and growing, passed to the server with each
+// request. It has no name in /dev/shm, so nothing outlives the processes that hold it, even
+// after SIGKILL.
 class ShmBuffer {
  public:
   ~ShmBuffer();
@@ -153,11 +164,12 @@ class ShmBuffer {
   float* vectors() { return data_; }
   std::size_t rows() const { return rows_; }
   std::size_t dim() const { return dim_; }
-  const std::string& name() const { return name_; }
+  // The memfd (owned by the buffer).
+  int fd() const { return fd_; }
 
  private:
   ShmBuffer() = default;
-  std::string name_;
+  int fd_ = -1;
   float* data_ = nullptr;
   std::size_t bytes_ = 0;
   std::size_t rows_ = 0;
@@ -195,8 +207,11 @@ class IngestClient {
                                 const QueryOptions& options, QueryReport* report = nullptr);
 
   // Sends raw request bytes (already framed or not) and reads one reply: for tests of the
-  // server's handling of malformed input.
-  StatusOr<IngestReply> send_raw(std::span<const std::uint8_t> bytes, bool add_length_prefix);
+  // server's handling of malformed input. `pass_fd` (>= 0, framed only) travels with the frame.
+  // A server that refused the connection and closed it is answered by its refusal, not by the
+  // send's error.
+  StatusOr<IngestReply> send_raw(std::span<const std::uint8_t> bytes, bool add_length_prefix,
+                                 int pass_fd = -1);
 
  private:
   IngestClient() = default;

@@ -102,13 +102,15 @@ TEST_F(ServerFixture, ShmIngestCommitsTheExactVectors) {
   auto counted = client->count("default");
   ASSERT_TRUE(counted.ok());
   EXPECT_EQ(*counted, 150u);
-  // The shm objects the client made are 0600 and gone once their buffers are.
-  std::string name = (*buffer)->name();
-  ASSERT_TRUE(is_ingest_shm_name(name));
-  ASSERT_EQ(stat(("/dev/shm" + name).c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
-  buffer->reset();
-  EXPECT_NE(stat(("/dev/shm" + name).c_str(), &st), 0);
+  // The client's buffer is an anonymous memfd (no name in /dev/shm) that cannot change size.
+  const int fd = (*buffer)->fd();
+  char target[256] = {};
+  ASSERT_GT(readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), target, sizeof(target) - 1),
+            0);
+  EXPECT_EQ(std::string(target).rfind("/memfd:gpuopt-ingest", 0), 0u) << target;
+  EXPECT_EQ(fcntl(fd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW), F_SEAL_SHRINK | F_SEAL_GROW);
+  EXPECT_NE(ftruncate(fd, 0), 0);
+  EXPECT_EQ(errno, EPERM);
 
   // Reopen from disk and compare every row with what was sent.
   TearDown();
