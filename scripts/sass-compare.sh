@@ -35,7 +35,10 @@ kernel_filter = re.compile(pattern)
 
 
 def run(*args):
-    return subprocess.run([cuobjdump, *args], check=True, capture_output=True, text=True).stdout
+    result = subprocess.run([cuobjdump, *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"sass-compare.sh: cuobjdump {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
 
 
 def demangle(names):
