@@ -151,14 +151,501 @@ __device__ __forceinline__ void dequantize(std::uint32_t word, int i,
 // blocks share a slice, and its (strip, unit) pairs, strip-major, are split equally over their
 // warps. Every strip of a sliced layer is finished through the fp32 workspace. docs/w4a16-gemm.md,
 // "Direct kernel".
+template <typename T_, int kN8_, int kWarps_, int kUnroll_, int kStages_, bool kZeros_,
+          bool kStageGroups_, bool kResidentX_>
+struct DirectShape {
+  using T = T_;
+  static constexpr int kN8 = kN8_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kUnroll = kUnroll_;
+  static constexpr bool kZeros = kZeros_;
+  static constexpr bool kStageGroups = kStageGroups_;
+  static constexpr bool kResidentX = kResidentX_;
+  static_assert(kUnroll % 2 == 0, "x fragments are loaded for two k16 tiles at a time");
+  static constexpr int kXPitch =
+      kUnroll * kTileK + 8;  // halves; a 16-byte skew: conflict-free ldmatrix
+  static constexpr int kXChunks = kUnroll * kTileK / 8;  // 16-byte pieces of one x row per stage
+  static constexpr int kUnitK = kUnroll * kTileK;        // k of one unit (stage)
+  // With whole-stage groups, each stage also carries its group's scales (and zero-points) for the
+  // warp's 8 column groups: 8 x 16 bytes (+ 8 x 8), copied with the weights, so they arrive as
+  // early as the weights do (a plain load one group ahead stalled the warp: 1.9-5.5 us at M =
+  // 1-16).
+  static constexpr int kScaleSlot = kStageGroups ? 192 : 0;
+  static constexpr int kLanePieces = (8 * kN8 * kXChunks + 31) / 32;  // x pieces a lane copies
+};
+
+// The tile scheduler: this warp's units are v in [v_begin, v_end) of its slice's strips x
+// slice_units, strip-major (one slice of all units_per_strip without resident x).
+struct DirectWarpRange {
+  int slice_first;  // the slice's first unit of a strip
+  int slice_units;  // units of a strip in the slice
+  int v_begin, v_end, count;
+  int first_strip;
+  int first_unit;  // within the slice
+};
+template <typename S>
+__device__ __forceinline__ DirectWarpRange direct_warp_range(const DirectParams& p, int warp) {
+  DirectWarpRange range;
+  const int slice = S::kResidentX ? static_cast<int>(blockIdx.x) / p.slice_blocks : 0;
+  range.slice_first = S::kResidentX ? direct_slice_first(slice, p.slices, p.units_per_strip) : 0;
+  range.slice_units =
+      S::kResidentX ? direct_slice_first(slice + 1, p.slices, p.units_per_strip) - range.slice_first
+                    : p.units_per_strip;
+  const long long slice_total = static_cast<long long>(p.op.strips) * range.slice_units;
+  const long long slice_warps = static_cast<long long>(p.slice_blocks) * S::kWarps;
+  const long long slice_warp =
+      static_cast<long long>(blockIdx.x - slice * p.slice_blocks) * S::kWarps + warp;
+  range.v_begin = direct_warp_first(slice_warp, slice_warps, slice_total);
+  range.v_end = direct_warp_first(slice_warp + 1, slice_warps, slice_total);
+  range.count = range.v_end - range.v_begin;
+  range.first_strip = range.v_begin / range.slice_units;
+  range.first_unit = range.v_begin - range.first_strip * range.slice_units;
+  return range;
+}
+
+// Resident x: every thread copies its share of the slice's x rows into the start of shared
+// memory (one commit group, before the rings' groups).
+template <typename S>
+__device__ __forceinline__ void direct_copy_resident_x(const DirectParams& p,
+                                                       const DirectWarpRange& range,
+                                                       unsigned char* shared_raw) {
+  using T = typename S::T;
+  const int row_chunks = range.slice_units * S::kUnitK / 8;
+  const T* x_slice = static_cast<const T*>(p.op.x) + range.slice_first * S::kUnitK;
+  for (int c = threadIdx.x; c < p.op.m * row_chunks; c += 32 * S::kWarps) {
+    const int r = c / row_chunks;
+    const int col = (c - r * row_chunks) * 8;
+    copy_async_16(static_cast<std::uint32_t>(__cvta_generic_to_shared(
+                      reinterpret_cast<T*>(shared_raw) + r * p.x_pitch + col)),
+                  x_slice + static_cast<std::size_t>(r) * p.op.k + col);
+  }
+  copy_async_commit();
+}
+
+// The producer side of a warp's ring. Weights: this lane's 16 bytes of each of the stage's tiles
+// (consecutive in memory within a strip's slice; the pointer skips the other slices' units where a
+// strip ends). x (not resident; one slice): piece c = lane + 32j of the M x kXChunks 16-byte
+// pieces of the stage's k-range (row c / kXChunks); pointers advance by a stage and step back by K
+// where a strip ends. Whole-stage groups: the group of the next stage to issue, its tiles left,
+// the lane's columns. The state lives in the kernel's own variables and this names them (as a
+// lambda's captures would): a struct holding the values instead gave different SASS (ptxas
+// assigned registers differently, +30 instructions in the per-tile-group kernels).
+template <typename S>
+struct DirectCopies {
+  uint4*& ring_lane;
+  const uint4*& next_weights;
+  int& strip_skip;
+  int& issue_unit;  // unit within the slice of the next stage to issue
+  int& issue_group;
+  int& issue_left;
+  std::size_t& issue_column;
+  std::uint32_t& scale_lane;
+  const typename S::T* (&x_piece)[S::kLanePieces];
+  std::uint32_t (&x_target)[S::kLanePieces];
+  int& next_k;   // k of the next stage to issue
+  int& x_stage;  // halves per stage of the x ring
+};
+
+template <typename S>
+__device__ __forceinline__ void direct_init_copies(const DirectParams& p,
+                                                   const DirectWarpRange& range, int lane,
+                                                   uint4* ring, unsigned char* scale_ring,
+                                                   typename S::T* x_ring, DirectCopies<S>& c) {
+  using T = typename S::T;
+  const int g = lane / 4;
+  c.x_stage = p.op.m * S::kXPitch;
+  c.next_weights = p.op.tiles +
+                   (static_cast<std::size_t>(range.first_strip) * p.units_per_strip +
+                    range.slice_first + range.first_unit) *
+                       S::kUnroll * 32 +
+                   lane;
+  c.strip_skip = (p.units_per_strip - range.slice_units) * S::kUnroll * 32;
+  c.issue_unit = range.first_unit;
+  c.issue_group = (range.slice_first + range.first_unit) * S::kUnroll / p.op.group_tiles;
+  c.issue_left =
+      (c.issue_group + 1) * p.op.group_tiles - (range.slice_first + range.first_unit) * S::kUnroll;
+  c.issue_column = static_cast<std::size_t>(range.first_strip) * 64 + g * 8;
+  c.scale_lane = static_cast<std::uint32_t>(__cvta_generic_to_shared(scale_ring)) + g * 16;
+  c.ring_lane = ring + lane;
+  const int first_k = (range.slice_first + range.first_unit) * S::kUnitK;
+  c.next_k = first_k;
+#pragma unroll
+  for (int j = 0; j < S::kLanePieces; ++j) {
+    const int piece = lane + 32 * j;
+    const int r = piece / S::kXChunks;
+    const int col = (piece % S::kXChunks) * 8;
+    c.x_piece[j] =
+        piece < p.op.m * S::kXChunks
+            ? static_cast<const T*>(p.op.x) + static_cast<std::size_t>(r) * p.op.k + first_k + col
+            : nullptr;
+    c.x_target[j] =
+        static_cast<std::uint32_t>(__cvta_generic_to_shared(x_ring + r * S::kXPitch + col));
+  }
+}
+
+// Issues the copies of the next stage into ring slot `slot`.
+template <typename S>
+__device__ __forceinline__ void direct_issue_stage(const DirectParams& p,
+                                                   const DirectWarpRange& range, int lane,
+                                                   DirectCopies<S>& c, int slot) {
+#pragma unroll
+  for (int i = 0; i < S::kUnroll; ++i) {
+    copy_async_16(c.ring_lane + (slot * S::kUnroll + i) * 32, c.next_weights + i * 32, true);
+  }
+  if constexpr (S::kStageGroups) {
+    if (lane % 4 == 0) {  // one copy per column group; its four lanes read it
+      const int g = lane / 4;
+      const std::size_t group_stride = static_cast<std::size_t>(p.op.strips) * 64;
+      const std::size_t at =
+          static_cast<std::size_t>(c.issue_group) * group_stride + c.issue_column;
+      copy_async_16(c.scale_lane + slot * S::kScaleSlot, p.op.scales + at);
+      if constexpr (S::kZeros) {  // at 128 + 8g of the slot (scale_lane is 16g in)
+        copy_async_8(c.scale_lane + slot * S::kScaleSlot + 128 - g * 8, p.op.zeros + at);
+      }
+    }
+    c.issue_left -= S::kUnroll;
+    if (c.issue_left == 0) {
+      ++c.issue_group;
+      c.issue_left = p.op.group_tiles;
+    }
+  }
+  c.next_weights += S::kUnroll * 32;
+  if (++c.issue_unit == range.slice_units) {  // the next strip (resident: skip other slices' units)
+    c.issue_unit = 0;
+    if constexpr (S::kResidentX) c.next_weights += c.strip_skip;
+    if constexpr (S::kStageGroups) {
+      c.issue_column += 64;
+      c.issue_group = range.slice_first * S::kUnroll / p.op.group_tiles;
+      c.issue_left = (c.issue_group + 1) * p.op.group_tiles - range.slice_first * S::kUnroll;
+    }
+  }
+  if constexpr (S::kResidentX) return;
+  const bool wrap = c.next_k + S::kUnitK == p.op.k;
+  c.next_k = wrap ? 0 : c.next_k + S::kUnitK;
+#pragma unroll
+  for (int j = 0; j < S::kLanePieces; ++j) {
+    if (c.x_piece[j] != nullptr) {
+      copy_async_16(c.x_target[j] + static_cast<std::uint32_t>(slot * c.x_stage * 2), c.x_piece[j]);
+      c.x_piece[j] += wrap ? S::kUnitK - p.op.k : S::kUnitK;
+    }
+  }
+}
+
+// The consumer's strip and quantization-group state (the kernel's variables, named as
+// DirectCopies names the producer's).
+template <typename S>
+struct DirectGroups {
+  std::size_t& column_offset;
+  int& group;
+  int& left;
+  bool& pending;  // whole-stage groups: decode the group's constants from this stage's slot
+  GroupConstants<typename S::T, S::kZeros>& constants;
+  uint4& next_scale;
+  uint2& next_zero;
+};
+
+template <typename S>
+__device__ __forceinline__ void direct_load_next_group(const DirectParams& p, DirectGroups<S>& gs) {
+  const std::size_t group_stride = static_cast<std::size_t>(p.op.strips) * 64;
+  if (gs.group + 1 < p.groups) {
+    gs.next_scale = __ldg(reinterpret_cast<const uint4*>(
+        p.op.scales + (gs.group + 1) * group_stride + gs.column_offset));
+    if constexpr (S::kZeros) {
+      gs.next_zero = __ldg(reinterpret_cast<const uint2*>(
+          p.op.zeros + (gs.group + 1) * group_stride + gs.column_offset));
+    }
+  }
+}
+
+// Enters `strip` at k16 tile t.
+template <typename S>
+__device__ __forceinline__ void direct_start_strip(const DirectParams& p, int lane, int strip,
+                                                   int t, DirectGroups<S>& gs) {
+  const std::size_t group_stride = static_cast<std::size_t>(p.op.strips) * 64;
+  gs.column_offset = static_cast<std::size_t>(strip) * 64 + (lane / 4) * 8;
+  gs.group = t / p.op.group_tiles;
+  gs.left = (gs.group + 1) * p.op.group_tiles - t;
+  if constexpr (S::kStageGroups) {
+    gs.pending = true;
+    return;
+  }
+  const uint4 scale = __ldg(
+      reinterpret_cast<const uint4*>(p.op.scales + gs.group * group_stride + gs.column_offset));
+  uint2 zero = make_uint2(0, 0);
+  if constexpr (S::kZeros) {
+    zero = __ldg(
+        reinterpret_cast<const uint2*>(p.op.zeros + gs.group * group_stride + gs.column_offset));
+  }
+  decode_group<typename S::T, S::kZeros>(scale, zero, gs.constants);
+  direct_load_next_group(p, gs);
+}
+
+// acc += scale * group_acc, group_acc = 0 (the group's sums are kept apart so the mma takes the
+// exact q - zero and the scale is applied in fp32 once per group).
+template <typename S>
+__device__ __forceinline__ void direct_flush_group(
+    const GroupConstants<typename S::T, S::kZeros>& constants, float (&acc)[S::kN8][4][4],
+    float (&group_acc)[S::kN8][4][4]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float scale = constants.scale(j);
+    const int i = j / 2;
+    const int half = j % 2;  // e / 2
+#pragma unroll
+    for (int r = 0; r < S::kN8; ++r) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {  // token column: e % 2
+        const int e = 2 * half + t;
+        acc[r][i][e] += scale * group_acc[r][i][e];
+        group_acc[r][i][e] = 0.0f;
+      }
+    }
+  }
+}
+
+template <typename S>
+__device__ __forceinline__ void direct_next_group(const DirectParams& p, DirectGroups<S>& gs,
+                                                  float (&acc)[S::kN8][4][4],
+                                                  float (&group_acc)[S::kN8][4][4]) {
+  direct_flush_group<S>(gs.constants, acc, group_acc);
+  ++gs.group;
+  gs.left = p.op.group_tiles;
+  if constexpr (S::kStageGroups) {
+    gs.pending = true;
+  } else {
+    decode_group<typename S::T, S::kZeros>(gs.next_scale, gs.next_zero, gs.constants);
+    direct_load_next_group(p, gs);
+  }
+}
+
+// The main loop's math on one stage: the lane's weights of the stage's kUnroll k16 tiles (batch,
+// read from its ring slot), x fragments by ldmatrix at x_slot, dequantisation and mma into
+// group_acc; the group advances (and is flushed into acc) where it ends.
+template <typename S>
+__device__ __forceinline__ void direct_mma_stage(const DirectParams& p,
+                                                 const uint4 (&batch)[S::kUnroll],
+                                                 std::uint32_t x_slot, DirectGroups<S>& gs,
+                                                 float (&acc)[S::kN8][4][4],
+                                                 float (&group_acc)[S::kN8][4][4]) {
+  constexpr int kN8 = S::kN8;
+#pragma unroll
+  for (int pair = 0; pair < S::kUnroll / 2; ++pair) {
+    std::uint32_t xf[2][2 * kN8];  // [tile of the pair][b0, b1 per n8 tile]
+    if constexpr (kN8 == 1) {
+      std::uint32_t f[4];
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                   : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
+                   : "r"(x_slot + 64 * pair));
+      xf[0][0] = f[0];
+      xf[0][1] = f[1];
+      xf[1][0] = f[2];
+      xf[1][1] = f[3];
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        std::uint32_t f[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
+                     : "r"(x_slot + 64 * pair + 32 * h));
+        xf[h][0] = f[0];
+        xf[h][1] = f[1];
+        xf[h][2] = f[2];
+        xf[h][3] = f[3];
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4 q = batch[2 * pair + h];
+      const std::uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        std::uint32_t a[4];
+        dequantize<typename S::T, S::kZeros>(words[i], i, gs.constants, a);
+#pragma unroll
+        for (int r = 0; r < kN8; ++r) {
+          mma_16816<typename S::T>(group_acc[r][i], a, xf[h][2 * r], xf[h][2 * r + 1]);
+        }
+      }
+      if constexpr (!S::kStageGroups) {
+        if (--gs.left == 0) direct_next_group(p, gs, acc, group_acc);
+      }
+    }
+  }
+  if constexpr (S::kStageGroups) {
+    gs.left -= S::kUnroll;
+    if (gs.left == 0) direct_next_group(p, gs, acc, group_acc);
+  }
+}
+
+// f(index, r, i, e) for each of a lane's values of strip s (the mma D fragment: c0, c1 at
+// column 16i + g, rows 8r + 2c, 2c + 1; c2, c3 at column 16i + 8 + g) in a row below M; index =
+// row * N + column, in y and in the row-layout workspace.
+template <typename S, typename F>
+__device__ __forceinline__ void direct_each_value(const DirectParams& p, int lane, int s, F&& f) {
+#pragma unroll
+  for (int r = 0; r < S::kN8; ++r) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = 8 * r + 2 * (lane % 4) + e % 2;
+      if (row >= p.op.m) continue;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = s * kTileN + 16 * i + 8 * (e / 2) + lane / 4;
+        f(static_cast<std::size_t>(row) * p.op.n + col, r, i, e);
+      }
+    }
+  }
+}
+
+template <typename S>
+__device__ __forceinline__ void direct_store_strip(const DirectParams& p, int lane, int s,
+                                                   const float (&sums)[S::kN8][4][4]) {
+  using T = typename S::T;
+  T* y = static_cast<T*>(p.op.y);
+  direct_each_value<S>(p, lane, s, [&](std::size_t index, int r, int i, int e) {
+    y[index] = float_to_value<T>(sums[r][i][e]);
+  });
+}
+
+// Partial strips go to the workspace in the mma fragment layout: float4 q of lane L of strip s
+// (acc[r][i][0..3] with q = 4r + i) at (s * 4 * kN8 + q) * 128 + 4L floats, so a warp adds a
+// strip with 4 * kN8 reductions of 512 contiguous bytes (16-byte red.v4 on sm_90) instead of
+// one 4-byte reduction per value; the fix-up reads them back the same way. Rows past M are added
+// and cleared too, never stored.
+template <typename S>
+__device__ __forceinline__ float* direct_fragment(const DirectParams& p, int lane, int s) {
+  return p.op.partial + static_cast<std::size_t>(s) * 4 * S::kN8 * 128 + 4 * lane;
+}
+
+// The epilogue of a strip: its sums are stored when this warp did all of it, else added into the
+// fp32 workspace with fire-and-forget reductions: nothing here waits on memory (with a fence, a
+// counter atomic and the fix-up here, each strip piece had cost a warp 1.3-3 us on the H200); the
+// strips' counts are taken once, at the warp's end (direct_count_strips). acc is zeroed after.
+template <typename S>
+__device__ __forceinline__ void direct_finish_strip(const DirectParams& p, int lane, int strip,
+                                                    int units_done, float (&acc)[S::kN8][4][4]) {
+  if (units_done != p.units_per_strip) {
+    if (p.fragment_partials) {
+      float* const target = direct_fragment<S>(p, lane, strip);
+#pragma unroll
+      for (int r = 0; r < S::kN8; ++r) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          add_four(target + (4 * r + i) * 128,
+                   make_float4(acc[r][i][0], acc[r][i][1], acc[r][i][2], acc[r][i][3]));
+        }
+      }
+    } else {  // row layout: one 4-byte reduction per value of a row below M
+      direct_each_value<S>(p, lane, strip, [&](std::size_t index, int r, int i, int e) {
+        atomicAdd(p.op.partial + index, acc[r][i][e]);
+      });
+    }
+  } else {
+    direct_store_strip<S>(p, lane, strip, acc);
+  }
+#pragma unroll
+  for (int r = 0; r < S::kN8; ++r) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[r][i][e] = 0.0f;
+    }
+  }
+}
+
+// The fix-up, after the last strip (`last_strip`): one fence for all of this warp's partial sums,
+// then lane j counts this warp's units of strip first_strip + j (all strips' counter atomics in
+// flight together); the warp whose units complete a strip's count converts it (all its loads
+// issued before any store) and leaves the workspace and the counter zero. This warp's units of
+// strip s are those of [v_begin, v_end) within [s * slice_units, (s + 1) * slice_units).
+template <typename S>
+__device__ __forceinline__ void direct_count_strips(const DirectParams& p,
+                                                    const DirectWarpRange& range, int lane,
+                                                    int last_strip) {
+  using T = typename S::T;
+  T* y = static_cast<T*>(p.op.y);
+  __threadfence();
+  __syncwarp();
+  for (int base = range.first_strip; base <= last_strip; base += 32) {
+    const int s = base + lane;
+    bool complete = false;
+    if (s <= last_strip) {
+      const int units_done =
+          min(range.v_end, (s + 1) * range.slice_units) - max(range.v_begin, s * range.slice_units);
+      if (units_done != p.units_per_strip) {  // else stored whole
+        const int before = atomicAdd(p.op.counters + s, units_done);
+        complete = before + units_done == p.units_per_strip;
+        if (complete) p.op.counters[s] = 0;
+      }
+    }
+    unsigned done = __ballot_sync(0xffffffffu, complete);
+    if (done == 0) continue;
+    __threadfence();
+    while (done != 0) {
+      const int c = base + __ffs(done) - 1;
+      done &= done - 1;
+      if (p.fragment_partials) {
+        // The strip's sums in fragment layout: each lane takes back its own 4 * kN8 float4 (all
+        // loads before the stores), leaves them zero and stores its fragment.
+        float sums[S::kN8][4][4];
+        float* const source = direct_fragment<S>(p, lane, c);
+#pragma unroll
+        for (int r = 0; r < S::kN8; ++r) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(source + (4 * r + i) * 128));
+            sums[r][i][0] = v.x;
+            sums[r][i][1] = v.y;
+            sums[r][i][2] = v.z;
+            sums[r][i][3] = v.w;
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < 4 * S::kN8; ++q) {
+          __stcg(reinterpret_cast<float4*>(source + q * 128), make_float4(0.f, 0.f, 0.f, 0.f));
+        }
+        direct_store_strip<S>(p, lane, c, sums);
+        continue;
+      }
+      // Row layout: M x 64 fp32 = M x 16 float4 per strip; lane q takes float4 q, q + 32, ...
+      constexpr int kPer = S::kN8 * 4;  // 8 rows x 16 / 32 lanes per n8 tile
+      float4 v[kPer];
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int q = lane + 32 * j;
+        if (q < p.op.m * (kTileN / 4)) {
+          v[j] = __ldcg(reinterpret_cast<const float4*>(
+              p.op.partial + static_cast<std::size_t>(q / (kTileN / 4)) * p.op.n + c * kTileN +
+              (q % (kTileN / 4)) * 4));
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int q = lane + 32 * j;
+        if (q < p.op.m * (kTileN / 4)) {
+          const std::size_t index = static_cast<std::size_t>(q / (kTileN / 4)) * p.op.n +
+                                    c * kTileN + (q % (kTileN / 4)) * 4;
+          __stcg(reinterpret_cast<float4*>(p.op.partial + index), make_float4(0.f, 0.f, 0.f, 0.f));
+          store_four<T>(y + index, v[j]);
+        }
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void direct_record_time(const DirectParams& p, int lane, int warp,
+                                                   int warps, int word) {
+  if (p.timing != nullptr && lane == 0) {
+    p.timing[kTimingWords * (static_cast<long long>(blockIdx.x) * warps + warp) + word] =
+        global_timer();
+  }
+}
+
 template <typename T, int kN8, int kWarps, int kUnroll, int kStages, bool kZeros, bool kStageGroups,
           bool kResidentX = false>
 __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 3))
     k_w4a16_direct(const DirectParams p) {
-  static_assert(kUnroll % 2 == 0, "x fragments are loaded for two k16 tiles at a time");
-  constexpr int kXPitch = kUnroll * kTileK + 8;   // halves; a 16-byte skew: conflict-free ldmatrix
-  constexpr int kXChunks = kUnroll * kTileK / 8;  // 16-byte pieces of one x row per stage
-  constexpr int kUnitK = kUnroll * kTileK;        // k of one unit (stage)
+  using S = DirectShape<T, kN8, kWarps, kUnroll, kStages, kZeros, kStageGroups, kResidentX>;
   // Per warp: [weights: kStages x kUnroll tiles of 512 bytes][scales: kStages x 192 bytes, with
   // whole-stage groups][x: kStages x M rows x kXPitch] (resident x: [x: M rows x x_pitch] first,
   // then each warp's weights and scales).
@@ -167,31 +654,10 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
   const int warp = threadIdx.x / 32;
   unsigned char* region = shared_raw + (kResidentX ? p.x_bytes : 0) + warp * p.region_bytes;
   uint4* ring = reinterpret_cast<uint4*>(region);
-  // With whole-stage groups, each stage also carries its group's scales (and zero-points) for the
-  // warp's 8 column groups: 8 x 16 bytes (+ 8 x 8), copied with the weights, so they arrive as
-  // early as the weights do (a plain load one group ahead stalled the warp: 1.9-5.5 us at M =
-  // 1-16).
-  constexpr int kScaleSlot = kStageGroups ? 192 : 0;
   unsigned char* const scale_ring = region + kStages * kUnroll * kTileBytes;
-  T* x_ring = reinterpret_cast<T*>(scale_ring + kStages * kScaleSlot);
-  const int x_stage = p.op.m * kXPitch;  // halves per stage
+  T* x_ring = reinterpret_cast<T*>(scale_ring + kStages * S::kScaleSlot);
 
-  // This warp's units: v in [v_begin, v_end) of its slice's strips x slice_units, strip-major
-  // (one slice of all units_per_strip without resident x).
-  const int slice = kResidentX ? static_cast<int>(blockIdx.x) / p.slice_blocks : 0;
-  const int slice_first = kResidentX ? direct_slice_first(slice, p.slices, p.units_per_strip) : 0;
-  const int slice_units =
-      kResidentX ? direct_slice_first(slice + 1, p.slices, p.units_per_strip) - slice_first
-                 : p.units_per_strip;
-  const long long slice_total = static_cast<long long>(p.op.strips) * slice_units;
-  const long long slice_warps = static_cast<long long>(p.slice_blocks) * kWarps;
-  const long long slice_warp =
-      static_cast<long long>(blockIdx.x - slice * p.slice_blocks) * kWarps + warp;
-  const int v_begin = direct_warp_first(slice_warp, slice_warps, slice_total);
-  const int v_end = direct_warp_first(slice_warp + 1, slice_warps, slice_total);
-  const int count = v_end - v_begin;
-  const int first_strip = v_begin / slice_units;
-  const int first_unit = v_begin - first_strip * slice_units;  // within the slice
+  const DirectWarpRange range = direct_warp_range<S>(p, warp);
   if (p.timing != nullptr && lane == 0) {
     unsigned long long* t =
         p.timing + kTimingWords * (static_cast<long long>(blockIdx.x) * kWarps + warp);
@@ -201,155 +667,51 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     t[3] = sm;
   }
   if constexpr (kResidentX) {
-    // Every thread copies its share of the slice's x first (one commit group, before the rings'
-    // groups); the barrier after the ring prologue makes all of it visible. Warps without units
-    // leave after it.
-    const int row_chunks = slice_units * kUnitK / 8;
-    const T* x_slice = static_cast<const T*>(p.op.x) + slice_first * kUnitK;
-    for (int c = threadIdx.x; c < p.op.m * row_chunks; c += 32 * kWarps) {
-      const int r = c / row_chunks;
-      const int col = (c - r * row_chunks) * 8;
-      copy_async_16(static_cast<std::uint32_t>(__cvta_generic_to_shared(
-                        reinterpret_cast<T*>(shared_raw) + r * p.x_pitch + col)),
-                    x_slice + static_cast<std::size_t>(r) * p.op.k + col);
-    }
-    copy_async_commit();
-  } else if (count <= 0) {
+    // The barrier after the ring prologue makes all of x visible; warps without units leave
+    // after it.
+    direct_copy_resident_x<S>(p, range, shared_raw);
+  } else if (range.count <= 0) {
     return;  // no block-wide barrier anywhere: a warp may leave early
   }
 
-  // Copies. Weights: this lane's 16 bytes of each of the stage's tiles (consecutive in memory
-  // within a strip's slice; the pointer skips the other slices' units where a strip ends).
-  // x (not resident; one slice): piece c = lane + 32j of the M x kXChunks 16-byte pieces of the
-  // stage's k-range (row c / kXChunks); pointers advance by a stage and step back by K where a
-  // strip ends.
-  const uint4* next_weights =
-      p.op.tiles +
-      (static_cast<std::size_t>(first_strip) * p.units_per_strip + slice_first + first_unit) *
-          kUnroll * 32 +
-      lane;
-  const int strip_skip = (p.units_per_strip - slice_units) * kUnroll * 32;
-  int issue_unit = first_unit;  // unit within the slice of the next stage to issue
-  const int g = lane / 4;
-  const std::size_t group_stride = static_cast<std::size_t>(p.op.strips) * 64;
-  // Whole-stage groups: the group of the next stage to issue, its tiles left, the lane's columns.
-  int issue_group = (slice_first + first_unit) * kUnroll / p.op.group_tiles;
-  int issue_left = (issue_group + 1) * p.op.group_tiles - (slice_first + first_unit) * kUnroll;
-  std::size_t issue_column = static_cast<std::size_t>(first_strip) * 64 + g * 8;
-  const std::uint32_t scale_lane =
-      static_cast<std::uint32_t>(__cvta_generic_to_shared(scale_ring)) + g * 16;
-  uint4* const ring_lane = ring + lane;
-  constexpr int kLanePieces = (8 * kN8 * kXChunks + 31) / 32;
-  const T* x_piece[kLanePieces];
-  std::uint32_t x_target[kLanePieces];
-  const int first_k = (slice_first + first_unit) * kUnitK;
-  int next_k = first_k;  // k of the next stage to issue
-#pragma unroll
-  for (int j = 0; j < kLanePieces; ++j) {
-    const int c = lane + 32 * j;
-    const int r = c / kXChunks;
-    const int col = (c % kXChunks) * 8;
-    x_piece[j] = c < p.op.m * kXChunks ? static_cast<const T*>(p.op.x) +
-                                             static_cast<std::size_t>(r) * p.op.k + first_k + col
-                                       : nullptr;
-    x_target[j] = static_cast<std::uint32_t>(__cvta_generic_to_shared(x_ring + r * kXPitch + col));
-  }
-  auto issue = [&](int slot) {
-#pragma unroll
-    for (int i = 0; i < kUnroll; ++i) {
-      copy_async_16(ring_lane + (slot * kUnroll + i) * 32, next_weights + i * 32, true);
-    }
-    if constexpr (kStageGroups) {
-      if (lane % 4 == 0) {  // one copy per column group; its four lanes read it
-        const std::size_t at = static_cast<std::size_t>(issue_group) * group_stride + issue_column;
-        copy_async_16(scale_lane + slot * kScaleSlot, p.op.scales + at);
-        if constexpr (kZeros) {  // at 128 + 8g of the slot (scale_lane is 16g in)
-          copy_async_8(scale_lane + slot * kScaleSlot + 128 - g * 8, p.op.zeros + at);
-        }
-      }
-      issue_left -= kUnroll;
-      if (issue_left == 0) {
-        ++issue_group;
-        issue_left = p.op.group_tiles;
-      }
-    }
-    next_weights += kUnroll * 32;
-    if (++issue_unit == slice_units) {  // the next strip (resident: skip the other slices' units)
-      issue_unit = 0;
-      if constexpr (kResidentX) next_weights += strip_skip;
-      if constexpr (kStageGroups) {
-        issue_column += 64;
-        issue_group = slice_first * kUnroll / p.op.group_tiles;
-        issue_left = (issue_group + 1) * p.op.group_tiles - slice_first * kUnroll;
-      }
-    }
-    if constexpr (kResidentX) return;
-    const bool wrap = next_k + kUnitK == p.op.k;
-    next_k = wrap ? 0 : next_k + kUnitK;
-#pragma unroll
-    for (int j = 0; j < kLanePieces; ++j) {
-      if (x_piece[j] != nullptr) {
-        copy_async_16(x_target[j] + static_cast<std::uint32_t>(slot * x_stage * 2), x_piece[j]);
-        x_piece[j] += wrap ? kUnitK - p.op.k : kUnitK;
-      }
-    }
-  };
+  // Prologue: kStages - 1 stages in flight.
+  uint4* ring_lane;
+  const uint4* next_weights;
+  int strip_skip, issue_unit, issue_group, issue_left;
+  std::size_t issue_column;
+  std::uint32_t scale_lane;
+  const T* x_piece[S::kLanePieces];
+  std::uint32_t x_target[S::kLanePieces];
+  int next_k, x_stage;
+  DirectCopies<S> copies{ring_lane,   next_weights, strip_skip,   issue_unit,
+                         issue_group, issue_left,   issue_column, scale_lane,
+                         x_piece,     x_target,     next_k,       x_stage};
+  direct_init_copies<S>(p, range, lane, ring, scale_ring, x_ring, copies);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < count) issue(s);
+    if (s < range.count) direct_issue_stage<S>(p, range, lane, copies, s);
     copy_async_commit();
   }
-  int x_k = first_unit * kUnitK;  // resident x: k within the slice of the stage being consumed
+  int x_k = range.first_unit * S::kUnitK;  // resident x: k within the slice of the stage consumed
   if constexpr (kResidentX) {
     copy_async_wait<kStages - 1>();  // this thread's x copies (the oldest group) have landed
     __syncthreads();                 // and every other thread's
-    if (p.timing != nullptr && lane == 0) {
-      p.timing[kTimingWords * (static_cast<long long>(blockIdx.x) * kWarps + warp) + 1] =
-          global_timer();
-    }
-    if (count <= 0) return;
+    direct_record_time(p, lane, warp, kWarps, 1);
+    if (range.count <= 0) return;
   }
 
   // Strip and quantization-group state.
-  int strip = first_strip;
-  int strip_units_left = slice_units - first_unit;
-  int strip_first_unit = v_begin;  // this warp's first unit in `strip`
+  int strip = range.first_strip;
+  int strip_units_left = range.slice_units - range.first_unit;
+  int strip_first_unit = range.v_begin;  // this warp's first unit in `strip`
   std::size_t column_offset = 0;
   int group = 0, left = 0;
-  bool pending = true;  // whole-stage groups: decode the group's constants from this stage's slot
+  bool pending = true;
   GroupConstants<T, kZeros> constants;
   uint4 next_scale = make_uint4(0, 0, 0, 0);
   uint2 next_zero = make_uint2(0, 0);
-  auto load_next = [&]() {
-    if (group + 1 < p.groups) {
-      next_scale = __ldg(
-          reinterpret_cast<const uint4*>(p.op.scales + (group + 1) * group_stride + column_offset));
-      if constexpr (kZeros) {
-        next_zero = __ldg(reinterpret_cast<const uint2*>(p.op.zeros + (group + 1) * group_stride +
-                                                         column_offset));
-      }
-    }
-  };
-  // Enter `strip` at k16 tile t.
-  auto start_strip = [&](int t) {
-    column_offset = static_cast<std::size_t>(strip) * 64 + g * 8;
-    group = t / p.op.group_tiles;
-    left = (group + 1) * p.op.group_tiles - t;
-    if constexpr (kStageGroups) {
-      pending = true;
-      return;
-    }
-    const uint4 scale =
-        __ldg(reinterpret_cast<const uint4*>(p.op.scales + group * group_stride + column_offset));
-    uint2 zero = make_uint2(0, 0);
-    if constexpr (kZeros) {
-      zero =
-          __ldg(reinterpret_cast<const uint2*>(p.op.zeros + group * group_stride + column_offset));
-    }
-    decode_group<T, kZeros>(scale, zero, constants);
-    load_next();
-  };
-  start_strip((slice_first + first_unit) * kUnroll);
+  DirectGroups<S> groups{column_offset, group, left, pending, constants, next_scale, next_zero};
+  direct_start_strip<S>(p, lane, strip, (range.slice_first + range.first_unit) * kUnroll, groups);
 
   float acc[kN8][4][4];
   float group_acc[kN8][4][4];
@@ -361,174 +723,6 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
       for (int e = 0; e < 4; ++e) acc[r][i][e] = group_acc[r][i][e] = 0.0f;
     }
   }
-  auto flush_group = [&]() {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float scale = constants.scale(j);
-      const int i = j / 2;
-      const int half = j % 2;  // e / 2
-#pragma unroll
-      for (int r = 0; r < kN8; ++r) {
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {  // token column: e % 2
-          const int e = 2 * half + t;
-          acc[r][i][e] += scale * group_acc[r][i][e];
-          group_acc[r][i][e] = 0.0f;
-        }
-      }
-    }
-  };
-  auto next_group = [&]() {
-    flush_group();
-    ++group;
-    left = p.op.group_tiles;
-    if constexpr (kStageGroups) {
-      pending = true;
-    } else {
-      decode_group<T, kZeros>(next_scale, next_zero, constants);
-      load_next();
-    }
-  };
-
-  // The strip's sums: stored when this warp did all of it, else added into the fp32 workspace with
-  // fire-and-forget reductions: nothing here waits on memory (with a fence, a counter atomic and
-  // the fix-up here, each strip piece had cost a warp 1.3-3 us on the H200); the strips' counts
-  // are taken once, at the warp's end (count_strips).
-  T* y = static_cast<T*>(p.op.y);
-  // f(index, r, i, e) for each of a lane's values of strip s (the mma D fragment: c0, c1 at
-  // column 16i + g, rows 8r + 2c, 2c + 1; c2, c3 at column 16i + 8 + g) in a row below M; index =
-  // row * N + column, in y and in the row-layout workspace.
-  auto each_value = [&](int s, auto&& f) {
-#pragma unroll
-    for (int r = 0; r < kN8; ++r) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = 8 * r + 2 * (lane % 4) + e % 2;
-        if (row >= p.op.m) continue;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int col = s * kTileN + 16 * i + 8 * (e / 2) + g;
-          f(static_cast<std::size_t>(row) * p.op.n + col, r, i, e);
-        }
-      }
-    }
-  };
-  auto store_fragment = [&](int s, const float(&sums)[kN8][4][4]) {
-    each_value(s, [&](std::size_t index, int r, int i, int e) {
-      y[index] = float_to_value<T>(sums[r][i][e]);
-    });
-  };
-  // Partial strips go to the workspace in the mma fragment layout: float4 q of lane L of strip s
-  // (acc[r][i][0..3] with q = 4r + i) at (s * 4 * kN8 + q) * 128 + 4L floats, so a warp adds a
-  // strip with 4 * kN8 reductions of 512 contiguous bytes (16-byte red.v4 on sm_90) instead of
-  // one 4-byte reduction per value; the fix-up reads them back the same way. Rows past M are added
-  // and cleared too, never stored.
-  auto fragment = [&](int s) {
-    return p.op.partial + static_cast<std::size_t>(s) * 4 * kN8 * 128 + 4 * lane;
-  };
-  auto finish_strip = [&](int units_done) {
-    if (units_done != p.units_per_strip) {
-      if (p.fragment_partials) {
-        float* const target = fragment(strip);
-#pragma unroll
-        for (int r = 0; r < kN8; ++r) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            add_four(target + (4 * r + i) * 128,
-                     make_float4(acc[r][i][0], acc[r][i][1], acc[r][i][2], acc[r][i][3]));
-          }
-        }
-      } else {  // row layout: one 4-byte reduction per value of a row below M
-        each_value(strip, [&](std::size_t index, int r, int i, int e) {
-          atomicAdd(p.op.partial + index, acc[r][i][e]);
-        });
-      }
-    } else {
-      store_fragment(strip, acc);
-    }
-#pragma unroll
-    for (int r = 0; r < kN8; ++r) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[r][i][e] = 0.0f;
-      }
-    }
-  };
-  // After the last strip: one fence for all of this warp's partial sums, then lane j counts this
-  // warp's units of strip first_strip + j (all strips' counter atomics in flight together); the
-  // warp whose units complete a strip's count converts it (all its loads issued before any store)
-  // and leaves the workspace and the counter zero. This warp's units of strip s are those of
-  // [v_begin, v_end) within [s * slice_units, (s + 1) * slice_units).
-  auto count_strips = [&]() {
-    __threadfence();
-    __syncwarp();
-    for (int base = first_strip; base <= strip; base += 32) {
-      const int s = base + lane;
-      bool complete = false;
-      if (s <= strip) {
-        const int units_done = min(v_end, (s + 1) * slice_units) - max(v_begin, s * slice_units);
-        if (units_done != p.units_per_strip) {  // else stored whole
-          const int before = atomicAdd(p.op.counters + s, units_done);
-          complete = before + units_done == p.units_per_strip;
-          if (complete) p.op.counters[s] = 0;
-        }
-      }
-      unsigned done = __ballot_sync(0xffffffffu, complete);
-      if (done == 0) continue;
-      __threadfence();
-      while (done != 0) {
-        const int c = base + __ffs(done) - 1;
-        done &= done - 1;
-        if (p.fragment_partials) {
-          // The strip's sums in fragment layout: each lane takes back its own 4 * kN8 float4 (all
-          // loads before the stores), leaves them zero and stores its fragment.
-          float sums[kN8][4][4];
-          float* const source = fragment(c);
-#pragma unroll
-          for (int r = 0; r < kN8; ++r) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const float4 v = __ldcg(reinterpret_cast<const float4*>(source + (4 * r + i) * 128));
-              sums[r][i][0] = v.x;
-              sums[r][i][1] = v.y;
-              sums[r][i][2] = v.z;
-              sums[r][i][3] = v.w;
-            }
-          }
-#pragma unroll
-          for (int q = 0; q < 4 * kN8; ++q) {
-            __stcg(reinterpret_cast<float4*>(source + q * 128), make_float4(0.f, 0.f, 0.f, 0.f));
-          }
-          store_fragment(c, sums);
-          continue;
-        }
-        // Row layout: M x 64 fp32 = M x 16 float4 per strip; lane q takes float4 q, q + 32, ...
-        constexpr int kPer = kN8 * 4;  // 8 rows x 16 / 32 lanes per n8 tile
-        float4 v[kPer];
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          const int q = lane + 32 * j;
-          if (q < p.op.m * (kTileN / 4)) {
-            v[j] = __ldcg(reinterpret_cast<const float4*>(
-                p.op.partial + static_cast<std::size_t>(q / (kTileN / 4)) * p.op.n + c * kTileN +
-                (q % (kTileN / 4)) * 4));
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          const int q = lane + 32 * j;
-          if (q < p.op.m * (kTileN / 4)) {
-            const std::size_t index = static_cast<std::size_t>(q / (kTileN / 4)) * p.op.n +
-                                      c * kTileN + (q % (kTileN / 4)) * 4;
-            __stcg(reinterpret_cast<float4*>(p.op.partial + index),
-                   make_float4(0.f, 0.f, 0.f, 0.f));
-            store_four<T>(y + index, v[j]);
-          }
-        }
-      }
-    }
-  };
 
   // ldmatrix lane addresses within a stage's x rows. kN8 = 1: four 8x8 matrices = rows 0-7 at
   // k +0, +8, +16, +24 (b0, b1 of two k16 tiles); kN8 = 2: rows 0-7 and 8-15 at k +0, +8 (b0, b1
@@ -541,9 +735,10 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
       kResidentX ? static_cast<std::uint32_t>(__cvta_generic_to_shared(shared_raw)) +
                        ((x_row < p.op.m ? x_row : 0) * p.x_pitch + x_column) * 2
                  : static_cast<std::uint32_t>(__cvta_generic_to_shared(x_ring)) +
-                       ((x_row < p.op.m ? x_row : 0) * kXPitch + x_column) * 2;
+                       ((x_row < p.op.m ? x_row : 0) * S::kXPitch + x_column) * 2;
 
-  for (int s = 0; s < count; ++s) {
+  // The main loop: one stage per trip.
+  for (int s = 0; s < range.count; ++s) {
     // Refill the slot read one stage ago (its reads are done: their values were used) with stage
     // s + kStages - 1, then wait for stage s; x rows were copied by other lanes, hence the
     // syncwarp.
@@ -552,7 +747,7 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     // stage ago: they must have read them before its copying lane overwrites them (racecheck
     // warned of this intra-warp hazard without the syncwarp).
     if constexpr (kStageGroups) __syncwarp();
-    if (ahead < count) issue(ahead % kStages);
+    if (ahead < range.count) direct_issue_stage<S>(p, range, lane, copies, ahead % kStages);
     copy_async_commit();
     copy_async_wait<kStages - 1>();
     // x rows were copied by other lanes (a lane reads back only its own weight bytes).
@@ -560,91 +755,46 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentX ? 1 : (kN8 == 1 ? 4 : 
     if constexpr (!kResidentX || kStageGroups) __syncwarp();
     if (strip_units_left == 0) {
       // This stage starts the next strip.
-      if (left != p.op.group_tiles) flush_group();
-      finish_strip(v_begin + s - strip_first_unit);
+      if (groups.left != p.op.group_tiles) direct_flush_group<S>(groups.constants, acc, group_acc);
+      direct_finish_strip<S>(p, lane, strip, range.v_begin + s - strip_first_unit, acc);
       ++strip;
-      strip_first_unit = v_begin + s;
-      strip_units_left = slice_units;
-      start_strip(slice_first * kUnroll);
+      strip_first_unit = range.v_begin + s;
+      strip_units_left = range.slice_units;
+      direct_start_strip<S>(p, lane, strip, range.slice_first * kUnroll, groups);
     }
     --strip_units_left;
     const int slot = s % kStages;
     if constexpr (kStageGroups) {
-      if (pending) {
-        const unsigned char* slot_scales = scale_ring + slot * kScaleSlot;
-        const uint4 scale = *reinterpret_cast<const uint4*>(slot_scales + g * 16);
+      if (groups.pending) {
+        const unsigned char* slot_scales = scale_ring + slot * S::kScaleSlot;
+        const uint4 scale = *reinterpret_cast<const uint4*>(slot_scales + (lane / 4) * 16);
         uint2 zero = make_uint2(0, 0);
-        if constexpr (kZeros) zero = *reinterpret_cast<const uint2*>(slot_scales + 128 + g * 8);
-        decode_group<T, kZeros>(scale, zero, constants);
-        pending = false;
+        if constexpr (kZeros) {
+          zero = *reinterpret_cast<const uint2*>(slot_scales + 128 + (lane / 4) * 8);
+        }
+        decode_group<T, kZeros>(scale, zero, groups.constants);
+        groups.pending = false;
       }
     }
     uint4 batch[kUnroll];
 #pragma unroll
-    for (int i = 0; i < kUnroll; ++i) batch[i] = ring_lane[(slot * kUnroll + i) * 32];
-    const std::uint32_t x_slot = kResidentX
-                                     ? x_lane + static_cast<std::uint32_t>(x_k * 2)
-                                     : x_lane + static_cast<std::uint32_t>(slot * x_stage * 2);
-    if constexpr (kResidentX) x_k = x_k + kUnitK == slice_units * kUnitK ? 0 : x_k + kUnitK;
-#pragma unroll
-    for (int pair = 0; pair < kUnroll / 2; ++pair) {
-      std::uint32_t xf[2][2 * kN8];  // [tile of the pair][b0, b1 per n8 tile]
-      if constexpr (kN8 == 1) {
-        std::uint32_t f[4];
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
-                     : "r"(x_slot + 64 * pair));
-        xf[0][0] = f[0];
-        xf[0][1] = f[1];
-        xf[1][0] = f[2];
-        xf[1][1] = f[3];
-      } else {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          std::uint32_t f[4];
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                       : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
-                       : "r"(x_slot + 64 * pair + 32 * h));
-          xf[h][0] = f[0];
-          xf[h][1] = f[1];
-          xf[h][2] = f[2];
-          xf[h][3] = f[3];
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4 q = batch[2 * pair + h];
-        const std::uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          std::uint32_t a[4];
-          dequantize<T, kZeros>(words[i], i, constants, a);
-#pragma unroll
-          for (int r = 0; r < kN8; ++r) {
-            mma_16816<T>(group_acc[r][i], a, xf[h][2 * r], xf[h][2 * r + 1]);
-          }
-        }
-        if constexpr (!kStageGroups) {
-          if (--left == 0) next_group();
-        }
-      }
+    for (int i = 0; i < kUnroll; ++i) batch[i] = copies.ring_lane[(slot * kUnroll + i) * 32];
+    const std::uint32_t x_slot =
+        kResidentX ? x_lane + static_cast<std::uint32_t>(x_k * 2)
+                   : x_lane + static_cast<std::uint32_t>(slot * copies.x_stage * 2);
+    if constexpr (kResidentX) {
+      x_k = x_k + S::kUnitK == range.slice_units * S::kUnitK ? 0 : x_k + S::kUnitK;
     }
-    if constexpr (kStageGroups) {
-      left -= kUnroll;
-      if (left == 0) next_group();
-    }
+    direct_mma_stage<S>(p, batch, x_slot, groups, acc, group_acc);
   }
-  if (p.timing != nullptr && lane == 0) {  // the stream's end: the last stage computed
-    p.timing[kTimingWords * (static_cast<long long>(blockIdx.x) * kWarps + warp) + 4] =
-        global_timer();
+  direct_record_time(p, lane, warp, kWarps, 4);  // the stream's end: the last stage computed
+  // The epilogue: the last strip's sums, then the fix-up of the strips this warp completed.
+  if (groups.left != p.op.group_tiles) {
+    direct_flush_group<S>(groups.constants, acc, group_acc);  // the range ended inside a group
   }
-  if (left != p.op.group_tiles) flush_group();  // the range ended inside a group
-  finish_strip(v_end - strip_first_unit);
-  count_strips();
-  if (p.timing != nullptr && lane == 0) {
-    p.timing[kTimingWords * (static_cast<long long>(blockIdx.x) * kWarps + warp) + 2] =
-        global_timer();
-  }
+  direct_finish_strip<S>(p, lane, strip, range.v_end - strip_first_unit, acc);
+  direct_count_strips<S>(p, range, lane, strip);
+  direct_record_time(p, lane, warp, kWarps, 2);
 }
 
 // ---- host side ----

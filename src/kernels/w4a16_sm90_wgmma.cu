@@ -362,6 +362,198 @@ __device__ __forceinline__ void convert_share(const float* tile, TileQuads tq, c
   }
 }
 
+// The copies of stage `stage` into ring slot `slot`: x rows and weights from the segment's running
+// sources (each stepped by a stage), scales and zeros of the k16 tiles where the decode loop loads
+// constants (a group's first, the segment's first: k-stage s0). The copy state is the segment's
+// own variables, named here as a lambda's captures would name them.
+template <typename T, int kXCopies, int kWeightCopies>
+struct WgmmaCopies {
+  const T* (&x_next)[kXCopies];
+  int (&x_step)[kXCopies];
+  const uint4* (&w_next)[kWeightCopies];
+  int (&w_step)[kWeightCopies];
+  const std::uint64_t& policy;
+  const std::uint32_t& x_dst;  // this thread's x chunk within a slot's x tile
+  const int& sc_kk;            // scales: this thread's k16 tile and strip
+  const int& sc_strip;
+  const int& z_kk;  // zeros: the same
+  const int& z_strip;
+};
+template <typename T, int kThreads, int kTokens, bool kZeros, int kXCopies, int kWeightCopies>
+__device__ __forceinline__ void wgmma_load_stage(const WgmmaParams& p,
+                                                 const WgmmaCopies<T, kXCopies, kWeightCopies>& c,
+                                                 std::uint32_t base_address, int s0, int slot,
+                                                 int stage) {
+  using Layout = StageLayout<kTokens>;
+  const int tid = threadIdx.x;
+  const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
+  const int t0 = stage * kStageTiles;
+#pragma unroll
+  for (int j = 0; j < kXCopies; ++j) {
+    copy_async_16(slot_address + Layout::kX + c.x_dst + j * kThreads * 16, c.x_next[j],
+                  c.x_step[j] != 0 ? 16 : 0);
+    c.x_next[j] += c.x_step[j];
+  }
+#pragma unroll
+  for (int j = 0; j < kWeightCopies; ++j) {
+    copy_async_16_hint(slot_address + Layout::kWeights + (tid + j * kThreads) * 16, c.w_next[j],
+                       c.w_step[j] != 0 ? 16 : 0, c.policy);
+    c.w_next[j] += c.w_step[j];
+  }
+  if (tid < kStageTiles * kBlockStrips * 8) {
+    const int t = t0 + c.sc_kk;
+    const int group = group_of(p, t);
+    // Only the tiles where the decode loop loads constants: a group's first, the split's first.
+    if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
+      const bool valid = c.sc_strip < p.op.strips;
+      copy_async_16(
+          slot_address + Layout::kScales + tid * 16,
+          p.op.scales +
+              (static_cast<std::size_t>(group) * p.op.strips + (valid ? c.sc_strip : 0)) * 64 +
+              (tid % 8) * 8,
+          valid ? 16 : 0);
+    }
+  }
+  if constexpr (kZeros) {
+    if (tid < kStageTiles * kBlockStrips * 4) {
+      const int t = t0 + c.z_kk;
+      const int group = group_of(p, t);
+      if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
+        const bool valid = c.z_strip < p.op.strips;
+        copy_async_16(
+            slot_address + Layout::kZeros + tid * 16,
+            p.op.zeros +
+                (static_cast<std::size_t>(group) * p.op.strips + (valid ? c.z_strip : 0)) * 64 +
+                (tid % 4) * 16,
+            valid ? 16 : 0);
+      }
+    }
+  }
+}
+
+// The epilogue of a whole tile: acc stored to y. D fragment: acc[i][4 jn + e] is row
+// 16 w + g + 8 (e / 2) of wgmma i (column 16 (word_base + i) + g + 8 (e / 2) of the strip), column
+// (token) 8 jn + 2 c + e % 2.
+template <typename T, int kTokens, int kS>
+__device__ __forceinline__ void wgmma_store_tile(const WgmmaParams& p,
+                                                 const float (&acc)[kS][kTokens / 2], int token0,
+                                                 int strip, int word_base, int g, int c) {
+  T* y = static_cast<T*>(p.op.y);
+#pragma unroll
+  for (int i = 0; i < kS; ++i) {
+#pragma unroll
+    for (int jn = 0; jn < kTokens / 8; ++jn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int token = token0 + 8 * jn + 2 * c + e % 2;
+        if (token >= p.op.m) continue;
+        const int column = strip * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
+        const std::size_t index = static_cast<std::size_t>(token) * p.op.n + column;
+        y[index] = float_to_value<T>(acc[i][4 * jn + e]);
+      }
+    }
+  }
+}
+
+// The epilogue of a piece of a tile: its fp32 partial (acc) into shared memory, `tile` =
+// [kTokens][kPitch] fp32 (the pad spreads the 32 lanes of a store over 32 banks), read back 4
+// columns at a time by the fix-up.
+template <int kTokens, int kS, int kPitch>
+__device__ __forceinline__ void wgmma_stage_partial(const float (&acc)[kS][kTokens / 2],
+                                                    float* tile, int strip_local, int word_base,
+                                                    int g, int c) {
+#pragma unroll
+  for (int i = 0; i < kS; ++i) {
+#pragma unroll
+    for (int jn = 0; jn < kTokens / 8; ++jn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 8 * jn + 2 * c + e % 2;
+        const int column = strip_local * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
+        tile[row * kPitch + column] = acc[i][4 * jn + e];
+      }
+    }
+  }
+}
+
+// The fix-up of a piece of tile tile_index (k-stages [s0, s1), its partial in shared memory at
+// `tile`) with the 16-byte atomic sums: the block that completes the tile's count converts it
+// (4 columns a quad, kBatch = 8 quads a thread in flight) and leaves the workspace and the counter
+// zero. is_last: a __shared__ flag of the block.
+template <typename T, int kThreads, int kTokens>
+__device__ __forceinline__ void wgmma_count_and_fix_up(const WgmmaParams& p, int tile_index,
+                                                       int token0, int first_strip, int s0, int s1,
+                                                       int& is_last) {
+  const int tid = threadIdx.x;
+  T* y = static_cast<T*>(p.op.y);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    // The counter adds up the k-stages of the tile's segments; the one that completes K fixes up.
+    const int before = atomicAdd(p.op.counters + tile_index, s1 - s0);
+    is_last = before + (s1 - s0) == p.k_stages;
+    if (is_last) p.op.counters[tile_index] = 0;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const TileQuads tq = tile_quads(p.op.m, p.op.n, token0, first_strip * kTileN, kTokens, 0);
+  fix_up_tile<T, kThreads, 8>(
+      tid, tq.quads(), [&](int q) { return tq.index(tq.compact(q)); }, p.op.partial, 0, 1, true, y);
+}
+
+// The fix-up side of a piece of a tile whose partial is in shared memory (`tile`, rows of kPitch
+// floats; tq its quads): kScatter: store the piece into its slice and convert its share (a
+// block's only segment). Else the piece adds its partial into the workspace with 16-byte atomics,
+// unless it is the tile's last (see below), when it converts the tile itself. True when the
+// segment is done (no count to take).
+template <typename T, int kThreads, bool kScatter>
+__device__ __forceinline__ bool wgmma_add_partial(const WgmmaParams& p, const float* tile,
+                                                  const TileQuads& tq, int tile_index, int s0,
+                                                  int s1, bool last_of_block, int& is_last) {
+  const int tid = threadIdx.x;
+  T* y = static_cast<T*>(p.op.y);
+  if constexpr (kScatter) {  // k-splits: a block's only segment
+    const WgmmaPieces pieces =
+        wgmma_split_pieces(static_cast<int>(blockIdx.x), p.splits, p.token_tiles);
+    store_piece<kThreads>(tile, tq, p.op.partial, p.slice_stride, p.op.counters + tile_index,
+                          s1 - s0, pieces);
+    convert_share<T, kThreads>(tile, tq, p.op.partial, p.slice_stride, p.op.counters + tile_index,
+                               p.done + tile_index, p.k_stages, pieces, y);
+    return true;
+  }
+  // The last segment of a stream-K block looks at its tile's counter first: the tile's
+  // later k-stages are often counted early, by the next block's first segment. If every
+  // other piece is counted (their sums landed: each fences before counting), this block is
+  // the tile's last and nobody else touches it, so it adds its partial to theirs while
+  // converting, skipping its own reductions, fence and count (H200: M=64 73.3-73.7 ->
+  // 70.8-71.0 us on 8192 x 28672). Not for k-splits, whose pieces all end
+  // together: there it cost 0.3-1.0 us at M = 32-64 (the look presumably rarely succeeds).
+  if (tid == 0) {
+    is_last = 0;
+    if (last_of_block) {
+      const int counted = *reinterpret_cast<volatile int*>(p.op.counters + tile_index);
+      is_last = counted + (s1 - s0) == p.k_stages;
+    }
+  }
+  __syncthreads();
+  if (is_last) {
+    __threadfence();
+    fix_up_tile<T, kThreads, 8>(
+        tid, tq.quads(), [&](int q) { return tq.index(tq.compact(q)); }, p.op.partial, 0, 1, true,
+        y,
+        [&](int q) { return *reinterpret_cast<const float4*>(tile + tq.offset(tq.compact(q))); });
+    if (tid == 0) p.op.counters[tile_index] = 0;
+    return true;  // (the next segment starts with a barrier before reusing the tile's memory)
+  }
+  for (int q = tid; q < tq.slots(); q += kThreads) {
+    if (!tq.present(q)) continue;
+    atomicAdd(reinterpret_cast<float4*>(p.op.partial + tq.index(q)),
+              *reinterpret_cast<const float4*>(tile + tq.offset(q)));
+  }
+  return false;
+}
+
 #endif  // GPUOPT_WGMMA_DEVICE
 
 // kWarpgroups x kS = 4 strips per block; kTokens tokens per block (the wgmma N); kStages 64-k
@@ -472,52 +664,11 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
       w_step[j] = valid ? kStageTiles * 32 : 0;
     }
 
-    auto load_stage_fast = [&](int slot, int stage) {
-      const std::uint32_t slot_address = base_address + slot * Layout::kBytes;
-      const int t0 = stage * kStageTiles;
-#pragma unroll
-      for (int j = 0; j < kXCopies; ++j) {
-        copy_async_16(slot_address + Layout::kX + x_dst + j * kThreads * 16, x_next[j],
-                      x_step[j] != 0 ? 16 : 0);
-        x_next[j] += x_step[j];
-      }
-#pragma unroll
-      for (int j = 0; j < kWeightCopies; ++j) {
-        copy_async_16_hint(slot_address + Layout::kWeights + (tid + j * kThreads) * 16, w_next[j],
-                           w_step[j] != 0 ? 16 : 0, policy);
-        w_next[j] += w_step[j];
-      }
-      if (tid < kStageTiles * kBlockStrips * 8) {
-        const int t = t0 + sc_kk;
-        const int group = group_of(p, t);
-        // Only the tiles where the decode loop loads constants: a group's first, the split's first.
-        if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
-          const bool valid = sc_strip < p.op.strips;
-          copy_async_16(
-              slot_address + Layout::kScales + tid * 16,
-              p.op.scales +
-                  (static_cast<std::size_t>(group) * p.op.strips + (valid ? sc_strip : 0)) * 64 +
-                  x_chunk * 8,
-              valid ? 16 : 0);
-        }
-      }
-      if constexpr (kZeros) {
-        if (tid < kStageTiles * kBlockStrips * 4) {
-          const int t = t0 + z_kk;
-          const int group = group_of(p, t);
-          if (t == group * p.op.group_tiles || t == s0 * kStageTiles) {
-            const bool valid = z_strip < p.op.strips;
-            copy_async_16(
-                slot_address + Layout::kZeros + tid * 16,
-                p.op.zeros +
-                    (static_cast<std::size_t>(group) * p.op.strips + (valid ? z_strip : 0)) * 64 +
-                    (tid % 4) * 16,
-                valid ? 16 : 0);
-          }
-        }
-      }
+    const WgmmaCopies<T, kXCopies, kWeightCopies> copies{x_next, x_step, w_next,   w_step, policy,
+                                                         x_dst,  sc_kk,  sc_strip, z_kk,   z_strip};
+    auto load = [&](int slot, int stage) {
+      wgmma_load_stage<T, kThreads, kTokens, kZeros>(p, copies, base_address, s0, slot, stage);
     };
-    auto load = [&](int slot, int stage) { load_stage_fast(slot, stage); };
 
     float acc[kS][kTokens / 2];
 #pragma unroll
@@ -541,6 +692,9 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
         (1ull << 62) | (static_cast<std::uint64_t>(1024 >> 4) << 32) | (1ull << 16);
     int left = 0;  // k16 tiles left in the group whose constants are loaded
     int slot = 0;
+    // The main loop stays written out here: as a __device__ function taking acc, the A registers
+    // and the constants by reference, the 64-token instance at 128 registers spilled 45 times
+    // instead of 6 (stack 16 -> 48 bytes), though its SASS was otherwise alike.
     for (int stage = s0; stage < s1; ++stage) {
       copy_async_wait<kStages - 3>();
       fence_proxy_async();
@@ -599,111 +753,33 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kMinBlocks)
       for (int e = 0; e < kTokens / 2; ++e) pin(acc[i][e]);
     }
 
-    // D fragment: acc[i][4 jn + e] is row 16 w + g + 8 (e / 2) of wgmma i (column
-    // 16 (word_base + i) + g + 8 (e / 2) of the strip), column (token) 8 jn + 2 c + e % 2.
-    T* y = static_cast<T*>(p.op.y);
+    // The epilogue: a whole tile is stored; a piece's partial goes through shared memory to the
+    // fix-up: the k-splits' shared one (kScatter), else 16-byte atomic sums into the workspace
+    // (instead of 4 scalar ones: the fp32 atomics of 7 splits at M=64 are ~13 M L2 operations on
+    // 8192x28672) and the tile's count.
     const bool whole = s0 == 0 && s1 == p.k_stages;
     const int strip = first_strip + strip_local;
-    // Split-K partials through shared memory: [kTokens][256 + 4] fp32 (the pad spreads the 32
-    // lanes of a store over 32 banks), then one 16-byte atomic per 4 columns instead of 4 scalar
-    // ones (the fp32 atomics of 7 splits at M=64 are ~13 M L2 operations on 8192x28672).
     constexpr int kPitch = kBlockColumns + 4;
     static_assert(kTokens * kPitch * 4 <= kStages * Layout::kBytes, "partial tile fits the stages");
     if (!whole) {
       copy_async_wait<0>();
       __syncthreads();  // every warp is done with the stages
       float* tile = reinterpret_cast<float*>(base);
-#pragma unroll
-      for (int i = 0; i < kS; ++i) {
-#pragma unroll
-        for (int jn = 0; jn < kTokens / 8; ++jn) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = 8 * jn + 2 * c + e % 2;
-            const int column = strip_local * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
-            tile[row * kPitch + column] = acc[i][4 * jn + e];
-          }
-        }
-      }
+      wgmma_stage_partial<kTokens, kS, kPitch>(acc, tile, strip_local, word_base, g, c);
       const int tile_index = column_tile * p.token_tiles + token_tile;
       const TileQuads tq =
           tile_quads(p.op.m, p.op.n, token0, first_strip * kTileN, kTokens, kPitch);
-      if constexpr (kScatter) {  // k-splits: a block's only segment
-        const WgmmaPieces pieces =
-            wgmma_split_pieces(static_cast<int>(blockIdx.x), p.splits, p.token_tiles);
-        store_piece<kThreads>(tile, tq, p.op.partial, p.slice_stride, p.op.counters + tile_index,
-                              s1 - s0, pieces);
-        convert_share<T, kThreads>(tile, tq, p.op.partial, p.slice_stride,
-                                   p.op.counters + tile_index, p.done + tile_index, p.k_stages,
-                                   pieces, y);
+      if (wgmma_add_partial<T, kThreads, kScatter>(p, tile, tq, tile_index, s0, s1, last_of_block,
+                                                   is_last)) {
         return;
-      }
-      // The last segment of a stream-K block looks at its tile's counter first: the tile's
-      // later k-stages are often counted early, by the next block's first segment. If every
-      // other piece is counted (their sums landed: each fences before counting), this block is
-      // the tile's last and nobody else touches it, so it adds its partial to theirs while
-      // converting, skipping its own reductions, fence and count (H200: M=64 73.3-73.7 ->
-      // 70.8-71.0 us on 8192 x 28672). Not for k-splits, whose pieces all end
-      // together: there it cost 0.3-1.0 us at M = 32-64 (the look presumably rarely succeeds).
-      if (tid == 0) {
-        is_last = 0;
-        if (last_of_block) {
-          const int counted = *reinterpret_cast<volatile int*>(p.op.counters + tile_index);
-          is_last = counted + (s1 - s0) == p.k_stages;
-        }
-      }
-      __syncthreads();
-      if (is_last) {
-        __threadfence();
-        fix_up_tile<T, kThreads, 8>(
-            tid, tq.quads(), [&](int q) { return tq.index(tq.compact(q)); }, p.op.partial, 0, 1,
-            true, y,
-            [&](int q) {
-              return *reinterpret_cast<const float4*>(tile + tq.offset(tq.compact(q)));
-            });
-        if (tid == 0) p.op.counters[tile_index] = 0;
-        return;  // (the next segment starts with a barrier before reusing the tile's memory)
-      }
-      for (int q = tid; q < tq.slots(); q += kThreads) {
-        if (!tq.present(q)) continue;
-        atomicAdd(reinterpret_cast<float4*>(p.op.partial + tq.index(q)),
-                  *reinterpret_cast<const float4*>(tile + tq.offset(q)));
       }
     }
     if (strip < p.op.strips && whole) {
-#pragma unroll
-      for (int i = 0; i < kS; ++i) {
-#pragma unroll
-        for (int jn = 0; jn < kTokens / 8; ++jn) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int token = token0 + 8 * jn + 2 * c + e % 2;
-            if (token >= p.op.m) continue;
-            const int column = strip * kTileN + 16 * (word_base + i) + g + 8 * (e / 2);
-            const std::size_t index = static_cast<std::size_t>(token) * p.op.n + column;
-            y[index] = float_to_value<T>(acc[i][4 * jn + e]);
-          }
-        }
-      }
+      wgmma_store_tile<T, kTokens, kS>(p, acc, token0, strip, word_base, g, c);
     }
     if (whole) return;
-    // The block that completes the tile's count converts it and leaves the workspace zero.
-    const int tile_index = column_tile * p.token_tiles + token_tile;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      // The counter adds up the k-stages of the tile's segments; the one that completes K fixes up.
-      const int before = atomicAdd(p.op.counters + tile_index, s1 - s0);
-      is_last = before + (s1 - s0) == p.k_stages;
-      if (is_last) p.op.counters[tile_index] = 0;
-    }
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    const TileQuads tq = tile_quads(p.op.m, p.op.n, token0, first_strip * kTileN, kTokens, 0);
-    fix_up_tile<T, kThreads, 8>(
-        tid, tq.quads(), [&](int q) { return tq.index(tq.compact(q)); }, p.op.partial, 0, 1, true,
-        y);
+    wgmma_count_and_fix_up<T, kThreads, kTokens>(p, column_tile * p.token_tiles + token_tile,
+                                                 token0, first_strip, s0, s1, is_last);
   };  // segment
 
   // This block's units (w4a16_wgmma_partition.hpp): one split of one tile, or with stream-K an
