@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -281,31 +282,44 @@ Status IngestServer::serve() {
       result = errno_error("accept");
       break;
     }
-    ucred peer{};
-    socklen_t length = sizeof(peer);
-    const bool known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0;
-    if (!known || (peer.uid != geteuid() && peer.uid != 0)) {
-      // The refusal is sent before the close, and the client reads it even when its own send
-      // failed because of the close.
+    // A refusal is sent before the close, and the client reads it even when its own send failed
+    // because of the close.
+    auto refuse = [&](StatusCode code, std::string message) {
       IngestReply reply;
-      reply.code = StatusCode::kPermissionDenied;
-      reply.message = known ? fmt::format(
-                                  "uid {} may not use this server: it serves only its own uid {} "
-                                  "and root (SO_PEERCRED check)",
-                                  peer.uid, geteuid())
-                            : fmt::format("the peer's uid is unknown (SO_PEERCRED: {}); refused",
-                                          std::strerror(errno));
+      reply.code = code;
+      reply.message = std::move(message);
       if (s.options.on_error) s.options.on_error(reply);
       Status timeouts = detail::set_timeouts(fd, 1);  // a refused peer cannot hold the loop
       (void)timeouts;
       Status ignored = detail::send_frame(fd, encode_reply(reply));
       (void)ignored;
       ::close(fd);
+    };
+    ucred peer{};
+    socklen_t length = sizeof(peer);
+    const bool known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0;
+    if (!known || (peer.uid != geteuid() && peer.uid != 0)) {
+      refuse(StatusCode::kPermissionDenied,
+             known ? fmt::format("uid {} may not use this server: it serves only its own uid {} "
+                                 "and root (SO_PEERCRED check)",
+                                 peer.uid, geteuid())
+                   : fmt::format("the peer's uid is unknown (SO_PEERCRED: {}); refused",
+                                 std::strerror(errno)));
+      continue;
+    }
+    s.reap(/*all=*/false);
+    std::unique_lock lock(s.connections_mutex);
+    if (s.connections.size() >= static_cast<std::size_t>(std::max(1, s.options.max_connections))) {
+      const std::size_t open = s.connections.size();
+      lock.unlock();
+      refuse(StatusCode::kResourceExhausted,
+             fmt::format("the server has {} connections open, its limit (max_connections): close "
+                         "one or try again later",
+                         open));
       continue;
     }
     Status timeouts = detail::set_timeouts(fd, s.options.receive_timeout_s);
     (void)timeouts;  // without timeouts a stalled peer only holds its own thread
-    std::lock_guard lock(s.connections_mutex);
     auto& connection = s.connections.emplace_back();
     connection.fd = fd;
     connection.thread = std::thread([this, &connection] {

@@ -37,6 +37,7 @@ struct ServeArgs {
   bool upsert = false;
   OutputOptions out;  // --json; -o/--output (send: its summary)
   int timeout_s = 30;
+  int max_connections = 256;
   bool read_only = false;
   int gpu_device = 0;
 };
@@ -83,6 +84,7 @@ int run_serve(const ServeArgs& args) {
   std::atomic<std::uint64_t> batches{0}, rows{0}, rejected{0}, queries{0};
   vec::IngestServerOptions options;
   options.receive_timeout_s = args.timeout_s;
+  options.max_connections = args.max_connections;
   options.query.gpu.device = args.gpu_device;
   options.on_query = [&](const vec::IngestRequest& request, const vec::QueryReport&) {
     queries += request.rows;
@@ -279,6 +281,10 @@ GPUOPT_REGISTER_COMMAND("", 71, [](CLI::App& parent, int& exit_code) {
     command
         ->add_option("--timeout", args->timeout_s,
                      "seconds a client may stall mid-message (default 30)")
+        ->check(whole_number_at_least(1));
+    command
+        ->add_option("--max-connections", args->max_connections,
+                     "clients served at once; one more is told so and closed (default 256)")
         ->check(whole_number_at_least(1));
     command->add_flag("--json", args->out.json, "one JSON object per event on stdout");
     command->add_flag("--read-only", args->read_only,

@@ -106,6 +106,9 @@ bool is_ingest_shm_name(std::string_view name);
 struct IngestServerOptions {
   // Seconds a connection may stall mid-frame (or idle) before the server drops it.
   int receive_timeout_s = 30;
+  // Connections served at once (each has a thread). One more is sent a RESOURCE_EXHAUSTED reply
+  // saying so and closed, so a process that opens thousands cannot exhaust the server's threads.
+  int max_connections = 256;
   // Called after each committed batch (under the server's write lock), e.g. to log it.
   std::function<void(const IngestRequest&, std::uint64_t total)> on_commit;
   // Called for each rejected request with the reply that was sent.

@@ -271,6 +271,56 @@ TEST_F(HostileClients, AClientOfAnotherUidIsToldWhyItWasRefused) {
   EXPECT_NE(answer.find("SO_PEERCRED"), std::string::npos) << answer;
 }
 
+// Past max_connections the next client is told why it is refused; the connections already open
+// keep working, and a place freed by a closed one is given to the next client.
+TEST(HostileClientCount, ConnectionsPastTheLimitAreToldSoAndTheRestKeepWorking) {
+  TempDir dir("gpuopt-ingest-limit");
+  auto store = Store::open(dir.path() / "store", {.create = true});
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  ASSERT_TRUE((*store)->create_collection("default", {kDim, Metric::kL2}).ok());
+  IngestServerOptions options;
+  options.receive_timeout_s = 10;
+  options.max_connections = 2;
+  const fs::path socket = dir.path() / "ingest.sock";
+  auto server = IngestServer::start(store->get(), socket, options);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  Status served;
+  std::thread thread([&] { served = (*server)->serve(); });
+  auto connect = [&] {
+    auto client = IngestClient::connect(socket, 20);
+    EXPECT_TRUE(client.ok()) << client.status().to_string();
+    return client.ok() ? std::move(*client) : nullptr;
+  };
+  // Each of the first two is served, so the server holds both before the third connects.
+  auto first = connect();
+  auto second = connect();
+  ASSERT_TRUE(first && second);
+  ASSERT_TRUE(first->count("default").ok());
+  ASSERT_TRUE(second->count("default").ok());
+  auto third = connect();
+  ASSERT_TRUE(third);
+  auto refused = third->count("default");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted)
+      << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("max_connections"), std::string::npos)
+      << refused.status().to_string();
+  EXPECT_TRUE(first->count("default").ok());
+  // Closing one frees its place once the server has seen the close (it reaps at least once a
+  // second).
+  second.reset();
+  bool served_again = false;
+  for (int attempt = 0; attempt < 50 && !served_again; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto next = connect();
+    served_again = next && next->count("default").ok();
+  }
+  EXPECT_TRUE(served_again);
+  (*server)->request_stop();
+  thread.join();
+  EXPECT_TRUE(served.ok()) << served.to_string();
+}
+
 // A client that shrinks its named shm object while the server reads it: the server answers that
 // request with an error (or commits what was there) and keeps serving; a SIGBUS would kill it.
 TEST_F(HostileClients, ShrinkingSharedMemoryMidReadDoesNotStopTheServer) {
