@@ -25,9 +25,19 @@ class TracedRunSignals : public ::testing::TestWithParam<int> {
     dir_ = fs::temp_directory_path() / ("gpuopt_trace_signals_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    // A test binary started under nohup (or in the background by a non-interactive shell) has
+    // the signal ignored, which run_traced keeps ignored by design: start from the default.
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    sigemptyset(&default_action.sa_mask);
+    ASSERT_EQ(sigaction(GetParam(), &default_action, &inherited_), 0);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    sigaction(GetParam(), &inherited_, nullptr);
+    fs::remove_all(dir_);
+  }
   fs::path dir_;
+  struct sigaction inherited_ {};
 };
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
