@@ -95,6 +95,10 @@ struct CompactOptions {
   // live rows, and segments with deleted rows are rewritten without them. 0: 64 MiB of vectors
   // (at least 4096 rows).
   std::size_t target_rows = 0;
+  // Polled between segments read and written: once set, compact returns CANCELLED before its
+  // transaction commits, removes the files it wrote, and the old layout stays. Null = not
+  // cancellable. The caller keeps it alive.
+  const CancelToken* cancel = nullptr;
 };
 
 struct CompactReport {
@@ -131,10 +135,13 @@ class Collection {
 
   // vectors: [ids.size(), dim] row-major. metadata: empty, or one entry per id.
   // add() fails with ALREADY_EXISTS when an id is present; upsert() replaces it.
+  // `cancel` (may be null) is polled between chunks of rows until the commit starts: once set, the
+  // call returns CANCELLED and nothing of the batch is committed (its transaction is rolled back
+  // and its segment file removed). A batch is all or nothing, cancelled or not.
   Status add(std::span<const std::uint64_t> ids, const float* vectors,
-             std::span<const Metadata> metadata = {});
+             std::span<const Metadata> metadata = {}, const CancelToken* cancel = nullptr);
   Status upsert(std::span<const std::uint64_t> ids, const float* vectors,
-                std::span<const Metadata> metadata = {});
+                std::span<const Metadata> metadata = {}, const CancelToken* cancel = nullptr);
   // Zero-copy ingest from GPU memory: `device_vectors` [ids.size(), dim] fp32 on the current
   // device, read in order on `stream` (a cudaStream_t; null = cudaStreamPerThread, so the caller
   // must have synchronized its producer). One DMA into a pinned staging buffer reused across
@@ -191,6 +198,7 @@ class Collection {
   GpuResidency gpu_residency() const;
   // (Re)trains the IVF index now (k-means on params.engine), assigns every row and saves it in
   // the store (atomically replacing the previous one); returns the training time in seconds.
+  // Cancelled (params.cancel): CANCELLED, and the previous index, loaded and saved, is kept.
   StatusOr<double> build_ivf(const IvfParams& params, int threads = 0);
   // The saved IVF index's state and drift, judged by `thresholds` (loads it; catches up writes).
   // present = false when none is saved; DATA_LOSS naming the file when it fails validation.
@@ -214,7 +222,8 @@ class Collection {
   StatusOr<std::vector<RowSpan>> current_rows(const std::string& where_json,
                                               std::vector<std::uint64_t>* live_mask);
   Status write_batch(std::span<const std::uint64_t> ids, const float* vectors,
-                     std::span<const Metadata> metadata, bool replace);
+                     std::span<const Metadata> metadata, bool replace,
+                     const CancelToken* cancel = nullptr);
   StatusOr<SearchResults> query_cpu(const float* queries, std::size_t query_count,
                                     const QueryOptions& options, const std::vector<RowSpan>& spans,
                                     const std::vector<std::uint64_t>* allow);
