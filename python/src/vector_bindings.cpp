@@ -242,9 +242,16 @@ class PyCollection {
     const vector::QueryOptions options =
         query_options(k, index, nprobe, nlist, where, threads, engine, device, memory_budget);
     const std::size_t count = queries.shape(0);
-    // Scans of more than a few million multiply-adds, and IVF queries on collections where
+    // CPU scans of more than a few million multiply-adds, and CPU IVF queries on collections where
     // training the index (which the first one may do) takes that, run interruptibly; smaller ones
-    // stay on this thread (a worker thread costs tens of microseconds).
+    // stay on this thread (sparing them the start of a worker thread), and so does every query
+    // that may reach the GPU engine, whose CUDA state (current device, per-thread default stream)
+    // belongs to the calling thread.
+#if GPUOPT_CUDA
+    const bool host_only = options.engine == vector::QueryEngine::kCpu;
+#else
+    const bool host_only = true;
+#endif
     std::size_t rows = 0;
     {
       nb::gil_scoped_release release;
@@ -252,7 +259,7 @@ class PyCollection {
       rows = collection_->size();
     }
     const double scan = double(rows) * double(dim_) * (index == "ivf" ? 1.0 : double(count));
-    const bool interruptible = scan >= double(1 << 22);
+    const bool interruptible = host_only && scan >= double(1 << 22);
     auto* ids = new std::vector<std::int64_t>(count * k, -1);
     auto* distances = new std::vector<float>(count * k, std::numeric_limits<float>::infinity());
     nb::capsule ids_owner(
