@@ -16,10 +16,11 @@ Query results come back in the caller's framework and device. Calls release the 
 calls take turns, so threads may share it safely.
 
 Ctrl-C (KeyboardInterrupt, or any exception a signal handler raises) stops a long ``add``,
-``upsert``, CPU ``query``, ``reindex`` or ``compact`` on the main thread within a fraction of a
-second, and the exception propagates as usual: a cancelled ``add``/``upsert`` writes nothing of its
-batch (batches are all or nothing), a cancelled ``reindex`` keeps the previous index, a cancelled
-``compact`` keeps the previous segments, and a query changes nothing. If the call finished just
+``upsert``, CPU ``query``, ``reindex``, ``compact``, ``delete`` or ``verify`` on the main thread
+at the store's next check between chunks of its work, and the exception propagates as usual: a
+cancelled ``add``/``upsert`` writes nothing of its batch (batches are all or nothing), a cancelled
+``reindex`` keeps the previous index, a cancelled ``compact`` keeps the previous segments, a
+cancelled ``delete`` deletes nothing, and a query changes nothing. If the call finished just
 before it saw the signal, its effect is whole and the exception is raised all the same.
 
 Engines: ``query(..., engine="auto")`` (the default) answers on the GPU when gpuopt was built with

@@ -205,10 +205,12 @@ class PyCollection {
                                            reinterpret_cast<void*>(stream), rows, replace));
   }
 
+  // Ctrl-C cancels it before its commit: nothing is deleted then.
   std::size_t remove(HostIds ids) {
-    nb::gil_scoped_release release;
-    StoreLock lock(*handle_);
-    return value_or_throw(collection_->remove({ids.data(), ids.shape(0)}));
+    return run_interruptible([&](const CancelToken* cancel) {
+      StoreLock lock(*handle_);
+      return value_or_throw(collection_->remove({ids.data(), ids.shape(0)}, cancel));
+    });
   }
 
   nb::tuple get(std::uint64_t id) {
@@ -376,9 +378,10 @@ class PyCollection {
   }
 
   void verify() {
-    nb::gil_scoped_release release;
-    StoreLock lock(*handle_);
-    throw_if_error(collection_->verify());
+    run_interruptible([&](const CancelToken* cancel) {
+      StoreLock lock(*handle_);
+      throw_if_error(collection_->verify(cancel));
+    });
   }
 
   nb::dict stats() {

@@ -824,9 +824,11 @@ StatusOr<CompactReport> Collection::compact(const CompactOptions& options) {
   return report;
 }
 
-StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids) {
+StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids,
+                                         const CancelToken* cancel) {
   State& s = *state_;
   sqlite3* db = s.db;
+  if (is_cancelled(cancel)) return cancelled("delete");
   GPUOPT_RETURN_IF_ERROR(s.catalogue->lock_for_writing());
   GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
   auto fail = [&](Status status) {
@@ -842,7 +844,9 @@ StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids) {
   Statement insert_dead(db, "INSERT OR IGNORE INTO dead(collection, segment, row) VALUES(?,?,?)");
   if (!lookup.ok() || !erase.ok() || !insert_dead.ok()) return fail(sqlite_error(db, "prepare"));
   std::vector<std::pair<std::uint64_t, std::uint64_t>> removed;
-  for (auto id : ids) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::uint64_t id = ids[i];
+    if (i % kCancelPollRows == 0 && is_cancelled(cancel)) return fail(cancelled("delete"));
     lookup.reset();
     lookup.bind(1, s.name).bind(2, as_sql(id));
     if (lookup.step() != SQLITE_ROW) continue;
@@ -859,6 +863,7 @@ StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids) {
     }
     removed.emplace_back(sequence, row);
   }
+  if (is_cancelled(cancel)) return fail(cancelled("delete"));
   if (sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
     return fail(sqlite_error(db, "commit"));
   }
@@ -1662,10 +1667,13 @@ Status Collection::query_device(const DLTensor& queries, const QueryOptions& opt
   return ok_status();
 }
 
-Status Collection::verify() {
+Status Collection::verify(const CancelToken* cancel) {
   State& s = *state_;
   GPUOPT_RETURN_IF_ERROR(s.refresh());
-  for (auto& segment : s.segments) GPUOPT_RETURN_IF_ERROR(segment->verify());
+  for (auto& segment : s.segments) {
+    if (is_cancelled(cancel)) return cancelled("verify");
+    GPUOPT_RETURN_IF_ERROR(segment->verify());
+  }
   // Every id must name a live row of a mapped segment, and the ids must be exactly the live rows:
   // a forged tombstone (or a lost one) shows up as a count that disagrees. One read transaction.
   GPUOPT_RETURN_IF_ERROR(exec(s.db, "BEGIN"));
@@ -1679,6 +1687,7 @@ Status Collection::verify() {
     std::uint64_t count = 0;
     int rc;
     while ((rc = items.step()) == SQLITE_ROW) {
+      if (count % kCancelPollRows == 0 && is_cancelled(cancel)) return cancelled("verify");
       const std::int64_t sequence = items.integer(1), row = items.integer(2);
       auto index = sequence >= 0 ? s.segment_index(static_cast<std::uint64_t>(sequence))
                                  : std::optional<std::size_t>{};

@@ -154,8 +154,10 @@ class Collection {
   // tensor's device must be the current one). Device tensors are UNIMPLEMENTED without CUDA.
   Status add_dlpack(std::span<const std::uint64_t> ids, const DLTensor& tensor, void* stream,
                     std::span<const Metadata> metadata = {}, bool replace = false);
-  // Deletes the ids that exist; returns how many did.
-  StatusOr<std::size_t> remove(std::span<const std::uint64_t> ids);
+  // Deletes the ids that exist; returns how many did. `cancel` (may be null) is polled every 4096
+  // ids and before the commit: once set, CANCELLED and nothing is deleted.
+  StatusOr<std::size_t> remove(std::span<const std::uint64_t> ids,
+                               const CancelToken* cancel = nullptr);
   // NOT_FOUND when the id is absent.
   StatusOr<Record> get(std::uint64_t id) const;
   // One past the largest id below 2^63 in the collection (0 when empty): where imports continue.
@@ -205,8 +207,9 @@ class Collection {
   StatusOr<IvfIndexStats> ivf_stats(const IvfParams& thresholds = {});
 
   // Checks every segment's CRC32C now, and that the catalogue's ids and tombstones agree with the
-  // segments (every id names an existing, live row; the live count matches).
-  Status verify();
+  // segments (every id names an existing, live row; the live count matches). `cancel` (may be
+  // null) is polled between segments and every 4096 ids: CANCELLED once it is set.
+  Status verify(const CancelToken* cancel = nullptr);
   CollectionStats stats() const;
   // Rows segment by segment, with the deleted ones still in; `live_mask` gets bit i set when row i
   // (counted across segments) is live and matches `where_json` (empty = no filter).

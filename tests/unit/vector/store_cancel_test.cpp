@@ -114,6 +114,19 @@ TEST(VectorCancel, PresetTokenStopsAddAndCommitsNothing) {
   EXPECT_EQ(again->size(), 301u);
 }
 
+TEST(VectorCancel, PresetTokenStopsDeleteAndVerify) {
+  TempDir dir;
+  std::unique_ptr<Store> store;
+  Collection* c = make(dir.path(), store, 10000, 4, 11, 1000);
+  CancelToken token;
+  token.cancel();
+  EXPECT_EQ(c->remove(id_range(0, 9000), &token).status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(c->verify(&token).code(), StatusCode::kCancelled);
+  EXPECT_EQ(c->size(), 10000u);
+  store.reset();
+  expect_exactly(dir.path(), 10000, 4, 11);  // nothing was deleted
+}
+
 TEST(VectorCancel, ConcurrentCancelStopsAddBeforeCommit) {
   TempDir dir;
   std::unique_ptr<Store> store;
