@@ -16,6 +16,7 @@
 
 #include <nanobind/nanobind.h>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <future>
@@ -27,13 +28,18 @@
 namespace gpuopt::python {
 
 // True on the interpreter's main thread (the one Python runs signal handlers on). Needs the GIL.
+// The ident is cached in an atomic, not a function-local static: the import may release the GIL,
+// and a static's initialisation guard would then block a second thread that holds it.
 inline bool on_main_thread() {
-  static const unsigned long main_ident = [] {
+  static std::atomic<unsigned long> main_ident{0};
+  unsigned long ident = main_ident.load(std::memory_order_relaxed);
+  if (ident == 0) {
     namespace nb = nanobind;
     nb::object thread = nb::module_::import_("threading").attr("main_thread")();
-    return nb::cast<unsigned long>(thread.attr("ident"));
-  }();
-  return PyThread_get_thread_ident() == main_ident;
+    ident = nb::cast<unsigned long>(thread.attr("ident"));
+    main_ident.store(ident, std::memory_order_relaxed);
+  }
+  return PyThread_get_thread_ident() == ident;
 }
 
 // Called with the GIL held. Returns what work(const CancelToken*) returns.
