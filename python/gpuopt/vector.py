@@ -13,8 +13,15 @@ transaction committed), so it survives a killed process. Arrays: numpy (any real
 to float32), lists, torch CPU and CUDA tensors (float32, contiguous; CUDA rows are read on the
 tensor's current torch stream through the store's device-pointer ingest), and other DLPack objects.
 Query results come back in the caller's framework and device. Calls release the GIL; a store's
-calls take turns, so threads may share it safely. Large query batches run in chunks, so Ctrl-C
-interrupts them between chunks.
+calls take turns, so threads may share it safely.
+
+Ctrl-C (KeyboardInterrupt, or any exception a signal handler raises) stops a long ``add``,
+``upsert``, CPU ``query``, ``reindex``, ``compact``, ``delete`` or ``verify`` on the main thread
+at the store's next check between chunks of its work, and the exception propagates as usual: a
+cancelled ``add``/``upsert`` writes nothing of its batch (batches are all or nothing), a cancelled
+``reindex`` keeps the previous index, a cancelled ``compact`` keeps the previous segments, a
+cancelled ``delete`` deletes nothing, and a query changes nothing. If the call finished just
+before it saw the signal, its effect is whole and the exception is raised all the same.
 
 Engines: ``query(..., engine="auto")`` (the default) answers on the GPU when gpuopt was built with
 CUDA and a device answers, else on the CPU; ``engine="gpu"`` raises GpuUnavailableError naming
@@ -280,7 +287,9 @@ class Collection:
             with torch.cuda.device(tensor.device):
                 self._native.add_dlpack(ids, tensor, handle, rows_json, replace)
         else:
-            self._native.add_dlpack(ids, tensor, 0, rows_json, replace)
+            # A CPU float32 contiguous tensor is viewed as numpy (no copy): the host write path,
+            # which Ctrl-C can cancel.
+            self._native.add(ids, tensor.numpy(), rows_json, replace)
 
     def query(
         self,
@@ -403,14 +412,16 @@ class Collection:
                 device = queries.device.index or 0
             queries = queries.detach().to("cpu")
         host = _arrays.host_matrix(queries, "queries", self.dim)
-        # Large batches go in chunks: between chunks Python runs its signal handlers, so Ctrl-C
-        # stops a long query within one chunk's time (queries are independent of each other).
+        # Ctrl-C cancels a long native call itself (see the module docstring). Batches for the GPU
+        # still go in chunks, which bounds the device memory one call takes; the CPU engine scans
+        # the whole batch in one call (queries are independent, so the results are the same).
+        chunk = max(1, host.shape[0]) if engine == "cpu" else _QUERY_CHUNK
         parts = []
-        for start in range(0, max(1, host.shape[0]), _QUERY_CHUNK):
+        for start in range(0, max(1, host.shape[0]), chunk):
             try:
                 parts.append(
                     self._native.query(
-                        host[start : start + _QUERY_CHUNK], k, index, nprobe, nlist, where_text,
+                        host[start : start + chunk], k, index, nprobe, nlist, where_text,
                         threads, engine, 0 if device is None else int(device), budget,
                     )
                 )
@@ -563,6 +574,22 @@ class Collection:
         return self.reindex(
             nlist, engine=engine, iterations=iterations, seed=seed, threads=threads, device=device
         )
+
+    def compact(self, target_rows: int = 0) -> dict[str, int]:
+        """Merges small segments and drops deleted rows, as crash-safe as a write; returns
+        ``segments_before``, ``segments_after`` and ``rows_dropped``. Live rows, ids and metadata
+        are unchanged. Ctrl-C stops it before its commit, keeping the previous segments.
+
+        Args:
+            target_rows: merged segments hold up to this many live rows (0 = 64 MiB of vectors).
+        """
+        valid = isinstance(target_rows, (int, np.integer)) and not isinstance(target_rows, bool)
+        if not valid or target_rows < 0:
+            raise InvalidArgumentError(
+                f"target_rows: expected an integer >= 0, got {target_rows!r}"
+            )
+        before, after, dropped = self._native.compact(int(target_rows))
+        return {"segments_before": before, "segments_after": after, "rows_dropped": dropped}
 
     def release_gpu(self) -> None:
         """Frees the GPU copies of the rows and of the IVF lists (the next GPU query makes them

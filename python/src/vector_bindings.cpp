@@ -20,6 +20,7 @@
 #include "gpuopt/vector/filter.hpp"
 #include "gpuopt/vector/gpu_search.hpp"
 #include "gpuopt/vector/store.hpp"
+#include "interrupt.hpp"
 
 namespace nb = nanobind;
 
@@ -182,11 +183,13 @@ class PyCollection {
            bool replace) {
     check_rows(ids.shape(0), vectors.shape(0), vectors.shape(1));
     auto rows = parse_metadata_rows(metadata, ids.shape(0));
-    nb::gil_scoped_release release;
-    StoreLock lock(*handle_);
     std::span<const std::uint64_t> id_span(ids.data(), ids.shape(0));
-    throw_if_error(replace ? collection_->upsert(id_span, vectors.data(), rows)
-                           : collection_->add(id_span, vectors.data(), rows));
+    // Ctrl-C cancels the write before its commit: the batch is then not written at all.
+    run_interruptible([&](const CancelToken* cancel) {
+      StoreLock lock(*handle_);
+      throw_if_error(replace ? collection_->upsert(id_span, vectors.data(), rows, cancel)
+                             : collection_->add(id_span, vectors.data(), rows, cancel));
+    });
   }
 
   // Any DLPack tensor (nanobind imported it through __dlpack__); CUDA memory goes through the
@@ -202,10 +205,12 @@ class PyCollection {
                                            reinterpret_cast<void*>(stream), rows, replace));
   }
 
+  // Ctrl-C cancels it before its commit: nothing is deleted then.
   std::size_t remove(HostIds ids) {
-    nb::gil_scoped_release release;
-    StoreLock lock(*handle_);
-    return value_or_throw(collection_->remove({ids.data(), ids.shape(0)}));
+    return run_interruptible([&](const CancelToken* cancel) {
+      StoreLock lock(*handle_);
+      return value_or_throw(collection_->remove({ids.data(), ids.shape(0)}, cancel));
+    });
   }
 
   nb::tuple get(std::uint64_t id) {
@@ -239,6 +244,24 @@ class PyCollection {
     const vector::QueryOptions options =
         query_options(k, index, nprobe, nlist, where, threads, engine, device, memory_budget);
     const std::size_t count = queries.shape(0);
+    // CPU scans of more than a few million multiply-adds, and CPU IVF queries on collections where
+    // training the index (which the first one may do) takes that, run interruptibly; smaller ones
+    // stay on this thread (sparing them the start of a worker thread), and so does every query
+    // that may reach the GPU engine, whose CUDA state (current device, per-thread default stream)
+    // belongs to the calling thread.
+#if GPUOPT_CUDA
+    const bool host_only = options.engine == vector::QueryEngine::kCpu;
+#else
+    const bool host_only = true;
+#endif
+    std::size_t rows = 0;
+    {
+      nb::gil_scoped_release release;
+      StoreLock lock(*handle_);
+      rows = collection_->size();
+    }
+    const double scan = double(rows) * double(dim_) * (index == "ivf" ? 1.0 : double(count));
+    const bool interruptible = host_only && scan >= double(1 << 22);
     auto* ids = new std::vector<std::int64_t>(count * k, -1);
     auto* distances = new std::vector<float>(count * k, std::numeric_limits<float>::infinity());
     nb::capsule ids_owner(
@@ -246,13 +269,21 @@ class PyCollection {
     nb::capsule distances_owner(
         distances, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
     vector::QueryReport report;
+    auto search = [&](const CancelToken* cancel) {
+      vector::QueryOptions cancellable = options;
+      cancellable.cancel = cancel;
+      StoreLock lock(*handle_);
+      return value_or_throw(collection_->query(queries.data(), count, cancellable, &report));
+    };
+    vector::SearchResults results;
+    if (interruptible) {
+      results = run_interruptible(search);
+    } else {
+      nb::gil_scoped_release release;
+      results = search(nullptr);
+    }
     {
       nb::gil_scoped_release release;
-      vector::SearchResults results;
-      {
-        StoreLock lock(*handle_);
-        results = value_or_throw(collection_->query(queries.data(), count, options, &report));
-      }
       for (std::size_t q = 0; q < results.size() && q < count; ++q) {
         for (std::size_t i = 0; i < results[q].size() && i < k; ++i) {
           (*ids)[q * k + i] = static_cast<std::int64_t>(results[q][i].id);
@@ -308,9 +339,26 @@ class PyCollection {
     params.seed = seed;
     params.engine = value_or_throw(vector::parse_query_engine(engine));
     params.device = device;
-    nb::gil_scoped_release release;
-    StoreLock lock(*handle_);
-    return value_or_throw(collection_->build_ivf(params, threads));
+    // Ctrl-C stops the training; the saved index stays the previous one.
+    return run_interruptible([&](const CancelToken* cancel) {
+      vector::IvfParams cancellable = params;
+      cancellable.cancel = cancel;
+      StoreLock lock(*handle_);
+      return value_or_throw(collection_->build_ivf(cancellable, threads));
+    });
+  }
+
+  // (segments_before, segments_after, rows_dropped). Ctrl-C stops it before its commit: the old
+  // layout stays.
+  nb::tuple compact(std::size_t target_rows) {
+    const vector::CompactReport report = run_interruptible([&](const CancelToken* cancel) {
+      vector::CompactOptions options;
+      options.target_rows = target_rows;
+      options.cancel = cancel;
+      StoreLock lock(*handle_);
+      return value_or_throw(collection_->compact(options));
+    });
+    return nb::make_tuple(report.segments_before, report.segments_after, report.rows_dropped);
   }
 
   void release_gpu() {
@@ -330,9 +378,10 @@ class PyCollection {
   }
 
   void verify() {
-    nb::gil_scoped_release release;
-    StoreLock lock(*handle_);
-    throw_if_error(collection_->verify());
+    run_interruptible([&](const CancelToken* cancel) {
+      StoreLock lock(*handle_);
+      throw_if_error(collection_->verify(cancel));
+    });
   }
 
   nb::dict stats() {
@@ -480,6 +529,9 @@ void bind_vector(nb::module_& module) {
       .def("build_ivf", &PyCollection::build_ivf, nb::arg("nlist"), nb::arg("iterations"),
            nb::arg("seed"), nb::arg("threads"), nb::arg("engine"), nb::arg("device"),
            "Trains the IVF index now (k-means on `engine`), saves it; returns seconds.")
+      .def("compact", &PyCollection::compact, nb::arg("target_rows"),
+           "Merges small segments and drops deleted rows; (segments_before, segments_after, "
+           "rows_dropped). target_rows 0 = the default size.")
       .def("release_gpu", &PyCollection::release_gpu,
            "Frees the GPU copies of the rows and IVF lists (the next GPU query makes them again).")
       .def("gpu_residency", &PyCollection::gpu_residency,

@@ -363,7 +363,8 @@ StatusOr<std::unique_ptr<GpuKmeans>> GpuKmeans::create(std::size_t dim, int devi
 }
 
 StatusOr<std::vector<float>> GpuKmeans::train(const float* sample, std::size_t count,
-                                              std::size_t nlist, int iterations) {
+                                              std::size_t nlist, int iterations,
+                                              const CancelToken* cancel) {
   State& s = *state_;
   const std::size_t dim = s.dim;
   if (nlist == 0 || nlist > count) {
@@ -410,6 +411,8 @@ StatusOr<std::vector<float>> GpuKmeans::train(const float* sample, std::size_t c
       }
     }
     split_empty_lists(centroids.data(), counts.data(), nlist, dim);
+    // The stream is idle here (synchronized above): stopping leaves nothing in flight.
+    if (is_cancelled(cancel)) return cancelled("GPU k-means");
   }
   return centroids;
 }

@@ -29,9 +29,10 @@ class GpuKmeans {
   // UNAVAILABLE without a device, INVALID_ARGUMENT for a device that does not exist.
   static StatusOr<std::unique_ptr<GpuKmeans>> create(std::size_t dim, int device);
   // Lloyd's k-means (L2) over `sample` [count, dim] (host), seeded with its first nlist rows, the
-  // same start as kmeans_cpu. Returns the centroids [nlist, dim] (host).
+  // same start as kmeans_cpu. Returns the centroids [nlist, dim] (host). `cancel` (may be null)
+  // is polled after each iteration, once the stream is idle: CANCELLED once it is set.
   StatusOr<std::vector<float>> train(const float* sample, std::size_t count, std::size_t nlist,
-                                     int iterations);
+                                     int iterations, const CancelToken* cancel = nullptr);
   // The nearest of `centroids` [nlist, dim] to each of `count` host rows, and its squared
   // distance, computed with an fp32 GEMM.
   Status assign(const float* centroids, std::size_t nlist, const float* rows, std::size_t count,

@@ -13,7 +13,8 @@ GpuKmeans::~GpuKmeans() = default;
 StatusOr<std::unique_ptr<GpuKmeans>> GpuKmeans::create(std::size_t, int) {
   return unimplemented(kNoCuda);
 }
-StatusOr<std::vector<float>> GpuKmeans::train(const float*, std::size_t, std::size_t, int) {
+StatusOr<std::vector<float>> GpuKmeans::train(const float*, std::size_t, std::size_t, int,
+                                              const CancelToken*) {
   return unimplemented(kNoCuda);
 }
 Status GpuKmeans::assign(const float*, std::size_t, const float*, std::size_t, std::uint32_t*,

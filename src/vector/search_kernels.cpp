@@ -312,7 +312,7 @@ void parallel_for(std::size_t tasks, int threads,
 
 std::vector<TopK> exact_scan(std::span<const RowBlock> blocks, std::size_t dim, Metric metric,
                              const float* queries, std::size_t query_count, std::size_t k,
-                             const AllowMask* mask, int threads) {
+                             const AllowMask* mask, int threads, const CancelToken* cancel) {
   std::vector<float> query_norms(query_count);
   squared_norms(queries, query_count, dim, query_norms.data());
   struct Chunk {
@@ -335,6 +335,7 @@ std::vector<TopK> exact_scan(std::span<const RowBlock> blocks, std::size_t dim, 
                                             std::vector<TopK>(query_count, TopK(k)));
   std::vector<std::vector<float>> buffers(static_cast<std::size_t>(workers));
   parallel_for(tasks, workers, [&](std::size_t task, int worker) {
+    if (is_cancelled(cancel)) return;
     const Chunk& chunk = chunks[task / query_tiles];
     std::size_t q_begin = (task % query_tiles) * kQueryTile;
     std::size_t q_end = std::min(query_count, q_begin + kQueryTile);
@@ -383,15 +384,18 @@ std::vector<float> ivf_training_sample(std::span<const RowBlock> blocks, std::si
 }
 
 std::vector<float> kmeans_cpu(const float* sample, std::size_t count, std::size_t dim,
-                              std::size_t nlist, int iterations, int threads) {
+                              std::size_t nlist, int iterations, int threads,
+                              const CancelToken* cancel) {
   std::vector<float> centroids(sample, sample + nlist * dim);
   std::vector<float> centroid_norms(nlist);
   std::vector<std::uint32_t> assignment(count);
   for (int iteration = 0; iteration < iterations; ++iteration) {
+    if (is_cancelled(cancel)) return centroids;
     squared_norms(centroids.data(), nlist, dim, centroid_norms.data());
     RowBlock centroid_block{centroids.data(), centroid_norms.data(), nlist, 0, nullptr};
-    auto nearest =
-        exact_scan({&centroid_block, 1}, dim, Metric::kL2, sample, count, 1, nullptr, threads);
+    auto nearest = exact_scan({&centroid_block, 1}, dim, Metric::kL2, sample, count, 1, nullptr,
+                              threads, cancel);
+    if (is_cancelled(cancel)) return centroids;  // the assignment is incomplete
     for (std::size_t i = 0; i < count; ++i) {
       assignment[i] = static_cast<std::uint32_t>(nearest[i].items()[0].position);
     }
@@ -465,10 +469,11 @@ IvfFlat IvfFlat::with_centroids(std::vector<float> centroids, std::size_t dim, M
 }
 
 void IvfFlat::nearest(const float* rows, std::size_t count, std::uint32_t* lists, float* distances,
-                      int threads) const {
+                      int threads, const CancelToken* cancel) const {
   RowBlock centroid_block{centroids_.data(), centroid_norms_.data(), nlist(), 0, nullptr};
   auto found =
-      exact_scan({&centroid_block, 1}, dim_, Metric::kL2, rows, count, 1, nullptr, threads);
+      exact_scan({&centroid_block, 1}, dim_, Metric::kL2, rows, count, 1, nullptr, threads, cancel);
+  if (is_cancelled(cancel)) return;  // `found` is incomplete
   for (std::size_t i = 0; i < count; ++i) {
     lists[i] = static_cast<std::uint32_t>(found[i].items()[0].position);
     if (distances != nullptr) distances[i] = found[i].items()[0].distance;
@@ -533,9 +538,11 @@ std::vector<std::vector<std::uint32_t>> IvfFlat::probes(const float* queries,
 }
 
 std::vector<TopK> IvfFlat::search(const float* queries, std::size_t query_count, std::size_t k,
-                                  std::size_t nprobe, const AllowMask* mask, int threads) const {
+                                  std::size_t nprobe, const AllowMask* mask, int threads,
+                                  const CancelToken* cancel) const {
   const std::size_t lists = nlist();
   auto probed = probes(queries, query_count, nprobe, threads);
+  if (is_cancelled(cancel)) return std::vector<TopK>(query_count, TopK(k));
   // Invert the probes: which queries visit each list. Queries sharing a list are scanned as one
   // tile, so each list vector is read once per tile instead of once per query.
   std::vector<std::vector<std::uint32_t>> visitors(lists);
@@ -566,6 +573,7 @@ std::vector<TopK> IvfFlat::search(const float* queries, std::size_t query_count,
   };
   std::vector<Scratch> scratch(static_cast<std::size_t>(workers));
   parallel_for(active.size(), workers, [&](std::size_t task, int worker) {
+    if (is_cancelled(cancel)) return;
     std::size_t list = active[task];
     const auto& queries_here = visitors[list];
     Scratch& s = scratch[worker];

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "gpuopt/core/cancel.hpp"
 #include "gpuopt/core/status.hpp"
 #include "gpuopt/vector/types.hpp"
 
@@ -94,9 +95,12 @@ inline bool allowed(const AllowMask* mask, std::uint64_t position) {
 
 // Exact top-k of every query over every block: fused dot tiles + distance + top-k, never holding
 // more than a [query tile, row tile] block of distances. results[q] holds positions.
+// `cancel` (may be null) is polled before every tile: once it is set the remaining tiles are
+// skipped and the results are incomplete (the caller checks the token and returns CANCELLED).
 std::vector<TopK> exact_scan(std::span<const RowBlock> blocks, std::size_t dim, Metric metric,
                              const float* queries, std::size_t query_count, std::size_t k,
-                             const AllowMask* mask, int threads);
+                             const AllowMask* mask, int threads,
+                             const CancelToken* cancel = nullptr);
 
 // The IVF list count used when IvfParams::nlist is 0: about 4*sqrt(rows), a power of two.
 std::size_t default_nlist(std::size_t rows);
@@ -107,9 +111,12 @@ std::vector<float> ivf_training_sample(std::span<const RowBlock> blocks, std::si
                                        std::size_t nlist, const IvfParams& params);
 
 // Lloyd's k-means (L2) on the CPU over `sample` [count, dim], seeded with its first nlist rows;
-// empty lists take a nudged half of the largest. Returns the centroids [nlist, dim].
+// empty lists take a nudged half of the largest. Returns the centroids [nlist, dim]. `cancel` (may
+// be null) is polled between iterations and inside each assignment pass; once it is set the
+// centroids returned are unfinished and the caller must discard them (it checks the token).
 std::vector<float> kmeans_cpu(const float* sample, std::size_t count, std::size_t dim,
-                              std::size_t nlist, int iterations, int threads);
+                              std::size_t nlist, int iterations, int threads,
+                              const CancelToken* cancel = nullptr);
 
 // Gives each empty list (counts[c] == 0) a nudged copy of the largest list's centroid and half its
 // count, so the next assignment splits that list. centroids [nlist, dim].
@@ -130,14 +137,17 @@ class IvfFlat {
   // Empty lists around `centroids` [nlist, dim].
   static IvfFlat with_centroids(std::vector<float> centroids, std::size_t dim, Metric metric);
   // The nearest centroid (squared L2) of each of `count` rows [count, dim] and that distance.
+  // Once `cancel` (may be null) is set, returns early with `lists` and `distances` unfilled.
   void nearest(const float* rows, std::size_t count, std::uint32_t* lists, float* distances,
-               int threads) const;
+               int threads, const CancelToken* cancel = nullptr) const;
   void append(std::uint32_t list, const float* vector, float norm, std::uint64_t position);
   // Makes room for `rows` more rows in `list` (saves the regrowth copies of a bulk fill).
   void reserve(std::uint32_t list, std::size_t rows);
   // Probes the `nprobe` nearest lists of each query; queries sharing a list are scanned together.
+  // Once `cancel` (may be null) is set, the remaining lists are skipped (results incomplete).
   std::vector<TopK> search(const float* queries, std::size_t query_count, std::size_t k,
-                           std::size_t nprobe, const AllowMask* mask, int threads) const;
+                           std::size_t nprobe, const AllowMask* mask, int threads,
+                           const CancelToken* cancel = nullptr) const;
   // The nprobe nearest lists of each query, nearest first ([query_count][nprobe]).
   std::vector<std::vector<std::uint32_t>> probes(const float* queries, std::size_t query_count,
                                                  std::size_t nprobe, int threads) const;

@@ -251,7 +251,8 @@ struct Collection::State {
   std::optional<Ivf> ivf;
   std::size_t ivf_trainings = 0;
   Status save_ivf();
-  StatusOr<std::size_t> catch_up_ivf(int threads);
+  // Stops between segments once `cancel` is set (CANCELLED; the rows assigned so far stay).
+  StatusOr<std::size_t> catch_up_ivf(int threads, const CancelToken* cancel = nullptr);
   Status load_ivf();
   IvfIndexStats describe_ivf(const IvfParams& thresholds) const;
   // The GPU copy of the IVF lists, valid for `ivf_gpu_generation` with `ivf_gpu_rows` rows.
@@ -489,17 +490,23 @@ std::size_t Collection::size() const {
 }
 
 Status Collection::add(std::span<const std::uint64_t> ids, const float* vectors,
-                       std::span<const Metadata> metadata) {
-  return write_batch(ids, vectors, metadata, /*replace=*/false);
+                       std::span<const Metadata> metadata, const CancelToken* cancel) {
+  return write_batch(ids, vectors, metadata, /*replace=*/false, cancel);
 }
 
 Status Collection::upsert(std::span<const std::uint64_t> ids, const float* vectors,
-                          std::span<const Metadata> metadata) {
-  return write_batch(ids, vectors, metadata, /*replace=*/true);
+                          std::span<const Metadata> metadata, const CancelToken* cancel) {
+  return write_batch(ids, vectors, metadata, /*replace=*/true, cancel);
 }
 
+namespace {
+// Rows between two polls of a CancelToken in the loops over a batch's rows.
+constexpr std::size_t kCancelPollRows = 4096;
+}  // namespace
+
 Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* vectors,
-                               std::span<const Metadata> metadata, bool replace) {
+                               std::span<const Metadata> metadata, bool replace,
+                               const CancelToken* cancel) {
   State& s = *state_;
   const std::size_t rows = ids.size();
   const std::size_t dim = s.config.dim;
@@ -523,6 +530,7 @@ Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* 
       }
     }
   }
+  if (is_cancelled(cancel)) return cancelled("add");
   sqlite3* db = s.db;
   GPUOPT_RETURN_IF_ERROR(s.catalogue->lock_for_writing());
   GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
@@ -553,7 +561,9 @@ Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* 
   std::vector<std::pair<std::uint64_t, std::uint64_t>> superseded;  // (sequence, row)
   Statement lookup(db, "SELECT segment, row FROM items WHERE collection = ? AND id = ?");
   if (!lookup.ok()) return fail(sqlite_error(db, "prepare"));
-  for (auto id : ids) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    const std::uint64_t id = ids[i];
+    if (i % kCancelPollRows == 0 && is_cancelled(cancel)) return fail(cancelled("add"));
     lookup.reset();
     lookup.bind(1, s.name).bind(2, as_sql(id));
     if (lookup.step() == SQLITE_ROW) {
@@ -570,6 +580,7 @@ Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* 
   auto written = detail::write_segment(segment_path, seq, dim, vectors, ids.data(), rows);
   if (!written.ok()) return fail(written.status());
   const detail::SegmentInfo& info = *written;
+  if (is_cancelled(cancel)) return fail(cancelled("add"));
 
   Statement insert_segment(
       db, "INSERT INTO segments(collection, sequence, file, rows, bytes, crc) VALUES(?,?,?,?,?,?)");
@@ -588,6 +599,7 @@ Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* 
       .bind(6, static_cast<std::int64_t>(info.data_crc));
   if (insert_segment.step() != SQLITE_DONE) return fail(sqlite_error(db, "insert segment"));
   for (std::size_t i = 0; i < rows; ++i) {
+    if (i % kCancelPollRows == 0 && is_cancelled(cancel)) return fail(cancelled("add"));
     upsert_item.reset();
     upsert_item.bind(1, s.name)
         .bind(2, as_sql(ids[i]))
@@ -609,6 +621,8 @@ Status Collection::write_batch(std::span<const std::uint64_t> ids, const float* 
   }
   bump.bind(1, static_cast<std::int64_t>(seq + 1)).bind(2, s.name);
   if (bump.step() != SQLITE_DONE) return fail(sqlite_error(db, "update sequence"));
+  // The last point where a cancel is honoured: past it the batch commits whole.
+  if (is_cancelled(cancel)) return fail(cancelled("add"));
   if (sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
     return fail(sqlite_error(db, "commit"));
   }
@@ -645,6 +659,8 @@ StatusOr<CompactReport> Collection::compact(const CompactOptions& options) {
       options.target_rows > 0
           ? options.target_rows
           : std::max<std::size_t>(4096, (std::size_t{64} << 20) / (dim * sizeof(float)));
+  const CancelToken* cancel = options.cancel;
+  if (is_cancelled(cancel)) return cancelled("compact");
   GPUOPT_RETURN_IF_ERROR(s.catalogue->lock_for_writing());
   GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
   std::vector<fs::path> written;
@@ -717,6 +733,7 @@ StatusOr<CompactReport> Collection::compact(const CompactOptions& options) {
     ids.clear();
     vectors.clear();
     for (std::size_t i : members) {
+      if (is_cancelled(cancel)) return fail(cancelled("compact"));
       const auto& segment = *s.segments[i];
       // The rows are copied into the new segment: check them first, so damage is not sealed
       // under a fresh checksum.
@@ -770,6 +787,7 @@ StatusOr<CompactReport> Collection::compact(const CompactOptions& options) {
   }
   bump.bind(1, static_cast<std::int64_t>(seq)).bind(2, s.name);
   if (bump.step() != SQLITE_DONE) return fail(sqlite_error(db, "update sequence"));
+  if (is_cancelled(cancel)) return fail(cancelled("compact"));
   if (sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
     return fail(sqlite_error(db, "commit"));
   }
@@ -806,9 +824,11 @@ StatusOr<CompactReport> Collection::compact(const CompactOptions& options) {
   return report;
 }
 
-StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids) {
+StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids,
+                                         const CancelToken* cancel) {
   State& s = *state_;
   sqlite3* db = s.db;
+  if (is_cancelled(cancel)) return cancelled("delete");
   GPUOPT_RETURN_IF_ERROR(s.catalogue->lock_for_writing());
   GPUOPT_RETURN_IF_ERROR(exec(db, "BEGIN IMMEDIATE"));
   auto fail = [&](Status status) {
@@ -824,7 +844,9 @@ StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids) {
   Statement insert_dead(db, "INSERT OR IGNORE INTO dead(collection, segment, row) VALUES(?,?,?)");
   if (!lookup.ok() || !erase.ok() || !insert_dead.ok()) return fail(sqlite_error(db, "prepare"));
   std::vector<std::pair<std::uint64_t, std::uint64_t>> removed;
-  for (auto id : ids) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::uint64_t id = ids[i];
+    if (i % kCancelPollRows == 0 && is_cancelled(cancel)) return fail(cancelled("delete"));
     lookup.reset();
     lookup.bind(1, s.name).bind(2, as_sql(id));
     if (lookup.step() != SQLITE_ROW) continue;
@@ -841,6 +863,7 @@ StatusOr<std::size_t> Collection::remove(std::span<const std::uint64_t> ids) {
     }
     removed.emplace_back(sequence, row);
   }
+  if (is_cancelled(cancel)) return fail(cancelled("delete"));
   if (sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
     return fail(sqlite_error(db, "commit"));
   }
@@ -1096,12 +1119,13 @@ Status Collection::State::save_ivf() {
 }
 
 // Appends rows [index.rows(), total_rows) to their nearest lists; re-saves once they are many.
-StatusOr<std::size_t> Collection::State::catch_up_ivf(int threads) {
+StatusOr<std::size_t> Collection::State::catch_up_ivf(int threads, const CancelToken* cancel) {
   State& s = *this;
   auto& ivf = *s.ivf;
   std::size_t assigned = 0;
   const std::size_t dim = s.config.dim;
   while (ivf.index.rows() < s.total_rows) {
+    if (is_cancelled(cancel)) return cancelled("IVF assignment");
     const std::uint64_t position = ivf.index.rows();
     auto [segment, row] = s.locate(position);
     const auto& seg = *s.segments[segment];
@@ -1109,7 +1133,8 @@ StatusOr<std::size_t> Collection::State::catch_up_ivf(int threads) {
     const float* vectors = seg.vectors() + row * dim;
     std::vector<std::uint32_t> lists(count);
     std::vector<float> distances(count);
-    ivf.index.nearest(vectors, count, lists.data(), distances.data(), threads);
+    ivf.index.nearest(vectors, count, lists.data(), distances.data(), threads, cancel);
+    if (is_cancelled(cancel)) return cancelled("IVF assignment");
     for (std::size_t i = 0; i < count; ++i) {
       ivf.index.append(lists[i], vectors + i * dim, seg.norms()[row + i], position + i);
       ivf.added_distance_sum += distances[i];
@@ -1217,6 +1242,9 @@ Status Collection::State::load_ivf() {
 
 StatusOr<double> Collection::build_ivf(const IvfParams& params, int threads) {
   State& s = *state_;
+  const CancelToken* cancel = params.cancel;
+  // Every return before the new index replaces s.ivf keeps the old one, loaded and saved.
+  if (is_cancelled(cancel)) return cancelled("IVF training");
   const auto start = std::chrono::steady_clock::now();
   GPUOPT_ASSIGN_OR_RETURN(auto spans, rows("", nullptr));
   const std::size_t dim = s.config.dim;
@@ -1243,9 +1271,10 @@ StatusOr<double> Collection::build_ivf(const IvfParams& params, int threads) {
   if (params.engine != QueryEngine::kCpu) {
     auto gpu = [&]() -> Status {
       GPUOPT_ASSIGN_OR_RETURN(auto kmeans, detail::GpuKmeans::create(dim, params.device));
-      GPUOPT_ASSIGN_OR_RETURN(centroids,
-                              kmeans->train(sample.data(), sample_rows, nlist, params.iterations));
+      GPUOPT_ASSIGN_OR_RETURN(
+          centroids, kmeans->train(sample.data(), sample_rows, nlist, params.iterations, cancel));
       for (std::size_t i = 0; i < spans.size(); ++i) {
+        if (is_cancelled(cancel)) return cancelled("IVF training");
         const std::size_t at = s.segment_first_position[i];
         GPUOPT_RETURN_IF_ERROR(kmeans->assign(centroids.data(), nlist, spans[i].vectors,
                                               spans[i].rows, lists.data() + at,
@@ -1253,6 +1282,7 @@ StatusOr<double> Collection::build_ivf(const IvfParams& params, int threads) {
       }
       return ok_status();
     }();
+    if (is_cancelled(cancel)) return cancelled("IVF training");
     if (gpu.ok()) {
       engine = detail::IvfTrainEngine::kGpu;
     } else if (params.engine == QueryEngine::kGpu) {
@@ -1262,8 +1292,9 @@ StatusOr<double> Collection::build_ivf(const IvfParams& params, int threads) {
     }
   }
   if (engine == detail::IvfTrainEngine::kCpu) {
-    centroids =
-        detail::kmeans_cpu(sample.data(), sample_rows, dim, nlist, params.iterations, threads);
+    centroids = detail::kmeans_cpu(sample.data(), sample_rows, dim, nlist, params.iterations,
+                                   threads, cancel);
+    if (is_cancelled(cancel)) return cancelled("IVF training");
   }
   State::Ivf ivf;
   ivf.index = detail::IvfFlat::with_centroids(std::move(centroids), dim, s.config.metric);
@@ -1271,7 +1302,8 @@ StatusOr<double> Collection::build_ivf(const IvfParams& params, int threads) {
     for (std::size_t i = 0; i < spans.size(); ++i) {
       const std::size_t at = s.segment_first_position[i];
       ivf.index.nearest(spans[i].vectors, spans[i].rows, lists.data() + at, distances.data() + at,
-                        threads);
+                        threads, cancel);
+      if (is_cancelled(cancel)) return cancelled("IVF training");
     }
   }
   {
@@ -1301,6 +1333,8 @@ StatusOr<double> Collection::build_ivf(const IvfParams& params, int threads) {
   ivf.train_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ivf.index.set_train_seconds(ivf.train_seconds);
+  // The last point where a cancel is honoured: from here the new index replaces the old one.
+  if (is_cancelled(cancel)) return cancelled("IVF training");
   if (s.ivf) ivf.generation = s.ivf->generation;
   s.ivf = std::move(ivf);
   s.ivf_gpu.reset();
@@ -1354,13 +1388,16 @@ StatusOr<SearchResults> Collection::query_ivf(const float* queries, std::size_t 
   // A saved index that fails validation is refused (DATA_LOSS naming the file), never replaced
   // silently: build_ivf (`gpuopt vector reindex`) replaces it.
   GPUOPT_RETURN_IF_ERROR(s.load_ivf());
+  IvfParams train = options.ivf;
+  if (train.cancel == nullptr) train.cancel = options.cancel;
   if (!s.ivf) {
-    GPUOPT_ASSIGN_OR_RETURN(report.ivf_build_seconds, build_ivf(options.ivf, options.threads));
+    GPUOPT_ASSIGN_OR_RETURN(report.ivf_build_seconds, build_ivf(train, options.threads));
     report.ivf_built = true;
   } else {
-    GPUOPT_ASSIGN_OR_RETURN(report.ivf_rows_assigned, s.catch_up_ivf(options.threads));
+    GPUOPT_ASSIGN_OR_RETURN(report.ivf_rows_assigned,
+                            s.catch_up_ivf(options.threads, options.cancel));
     if (options.ivf.auto_retrain && s.describe_ivf(options.ivf).retrain_recommended) {
-      IvfParams params = options.ivf;
+      IvfParams params = train;
       params.nlist = params.nlist != 0 ? params.nlist : detail::default_nlist(s.total_rows);
       GPUOPT_ASSIGN_OR_RETURN(report.ivf_build_seconds, build_ivf(params, options.threads));
       report.ivf_retrained = true;
@@ -1403,8 +1440,9 @@ StatusOr<SearchResults> Collection::query_ivf(const float* queries, std::size_t 
     results.assign(query_count, {});
   }
   report.engine = QueryEngine::kCpu;
-  auto found =
-      index.search(queries, query_count, options.k, options.nprobe, allow, options.threads);
+  auto found = index.search(queries, query_count, options.k, options.nprobe, allow, options.threads,
+                            options.cancel);
+  if (is_cancelled(options.cancel)) return cancelled("query");
   for (std::size_t q = 0; q < query_count; ++q) {
     for (const auto& item : found[q].items()) {
       results[q].push_back({s.id_at(item.position), item.distance});
@@ -1432,6 +1470,7 @@ std::string gpu_unsupported_reason(const QueryOptions& options) {
 StatusOr<SearchResults> Collection::query(const float* queries, std::size_t query_count,
                                           const QueryOptions& options, QueryReport* report) {
   State& s = *state_;
+  if (is_cancelled(options.cancel)) return cancelled("query");
   GPUOPT_RETURN_IF_ERROR(s.refresh());
   if (options.k == 0) return invalid_argument("query: k must be at least 1");
   if (query_count > 0 && queries == nullptr) return invalid_argument("query: queries is null");
@@ -1488,7 +1527,8 @@ StatusOr<SearchResults> Collection::query_cpu(const float* queries, std::size_t 
   }
   std::vector<detail::TopK> found =
       detail::exact_scan(blocks, s.config.dim, s.config.metric, queries, query_count, options.k,
-                         allow, options.threads);
+                         allow, options.threads, options.cancel);
+  if (is_cancelled(options.cancel)) return cancelled("query");
   SearchResults results(query_count);
   for (std::size_t q = 0; q < query_count; ++q) {
     for (const auto& item : found[q].items()) {
@@ -1627,10 +1667,13 @@ Status Collection::query_device(const DLTensor& queries, const QueryOptions& opt
   return ok_status();
 }
 
-Status Collection::verify() {
+Status Collection::verify(const CancelToken* cancel) {
   State& s = *state_;
   GPUOPT_RETURN_IF_ERROR(s.refresh());
-  for (auto& segment : s.segments) GPUOPT_RETURN_IF_ERROR(segment->verify());
+  for (auto& segment : s.segments) {
+    if (is_cancelled(cancel)) return cancelled("verify");
+    GPUOPT_RETURN_IF_ERROR(segment->verify());
+  }
   // Every id must name a live row of a mapped segment, and the ids must be exactly the live rows:
   // a forged tombstone (or a lost one) shows up as a count that disagrees. One read transaction.
   GPUOPT_RETURN_IF_ERROR(exec(s.db, "BEGIN"));
@@ -1644,6 +1687,7 @@ Status Collection::verify() {
     std::uint64_t count = 0;
     int rc;
     while ((rc = items.step()) == SQLITE_ROW) {
+      if (count % kCancelPollRows == 0 && is_cancelled(cancel)) return cancelled("verify");
       const std::int64_t sequence = items.integer(1), row = items.integer(2);
       auto index = sequence >= 0 ? s.segment_index(static_cast<std::uint64_t>(sequence))
                                  : std::optional<std::size_t>{};

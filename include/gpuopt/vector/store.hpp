@@ -95,6 +95,10 @@ struct CompactOptions {
   // live rows, and segments with deleted rows are rewritten without them. 0: 64 MiB of vectors
   // (at least 4096 rows).
   std::size_t target_rows = 0;
+  // Polled between segments read and written: once set, compact returns CANCELLED before its
+  // transaction commits, removes the files it wrote, and the old layout stays. Null = not
+  // cancellable. The caller keeps it alive.
+  const CancelToken* cancel = nullptr;
 };
 
 struct CompactReport {
@@ -131,10 +135,13 @@ class Collection {
 
   // vectors: [ids.size(), dim] row-major. metadata: empty, or one entry per id.
   // add() fails with ALREADY_EXISTS when an id is present; upsert() replaces it.
+  // `cancel` (may be null) is polled between chunks of rows until the commit starts: once set, the
+  // call returns CANCELLED and nothing of the batch is committed (its transaction is rolled back
+  // and its segment file removed). A batch is all or nothing, cancelled or not.
   Status add(std::span<const std::uint64_t> ids, const float* vectors,
-             std::span<const Metadata> metadata = {});
+             std::span<const Metadata> metadata = {}, const CancelToken* cancel = nullptr);
   Status upsert(std::span<const std::uint64_t> ids, const float* vectors,
-                std::span<const Metadata> metadata = {});
+                std::span<const Metadata> metadata = {}, const CancelToken* cancel = nullptr);
   // Zero-copy ingest from GPU memory: `device_vectors` [ids.size(), dim] fp32 on the current
   // device, read in order on `stream` (a cudaStream_t; null = cudaStreamPerThread, so the caller
   // must have synchronized its producer). One DMA into a pinned staging buffer reused across
@@ -147,8 +154,10 @@ class Collection {
   // tensor's device must be the current one). Device tensors are UNIMPLEMENTED without CUDA.
   Status add_dlpack(std::span<const std::uint64_t> ids, const DLTensor& tensor, void* stream,
                     std::span<const Metadata> metadata = {}, bool replace = false);
-  // Deletes the ids that exist; returns how many did.
-  StatusOr<std::size_t> remove(std::span<const std::uint64_t> ids);
+  // Deletes the ids that exist; returns how many did. `cancel` (may be null) is polled every 4096
+  // ids and before the commit: once set, CANCELLED and nothing is deleted.
+  StatusOr<std::size_t> remove(std::span<const std::uint64_t> ids,
+                               const CancelToken* cancel = nullptr);
   // NOT_FOUND when the id is absent.
   StatusOr<Record> get(std::uint64_t id) const;
   // One past the largest id below 2^63 in the collection (0 when empty): where imports continue.
@@ -191,14 +200,16 @@ class Collection {
   GpuResidency gpu_residency() const;
   // (Re)trains the IVF index now (k-means on params.engine), assigns every row and saves it in
   // the store (atomically replacing the previous one); returns the training time in seconds.
+  // Cancelled (params.cancel): CANCELLED, and the previous index, loaded and saved, is kept.
   StatusOr<double> build_ivf(const IvfParams& params, int threads = 0);
   // The saved IVF index's state and drift, judged by `thresholds` (loads it; catches up writes).
   // present = false when none is saved; DATA_LOSS naming the file when it fails validation.
   StatusOr<IvfIndexStats> ivf_stats(const IvfParams& thresholds = {});
 
   // Checks every segment's CRC32C now, and that the catalogue's ids and tombstones agree with the
-  // segments (every id names an existing, live row; the live count matches).
-  Status verify();
+  // segments (every id names an existing, live row; the live count matches). `cancel` (may be
+  // null) is polled between segments and every 4096 ids: CANCELLED once it is set.
+  Status verify(const CancelToken* cancel = nullptr);
   CollectionStats stats() const;
   // Rows segment by segment, with the deleted ones still in; `live_mask` gets bit i set when row i
   // (counted across segments) is live and matches `where_json` (empty = no filter).
@@ -214,7 +225,8 @@ class Collection {
   StatusOr<std::vector<RowSpan>> current_rows(const std::string& where_json,
                                               std::vector<std::uint64_t>* live_mask);
   Status write_batch(std::span<const std::uint64_t> ids, const float* vectors,
-                     std::span<const Metadata> metadata, bool replace);
+                     std::span<const Metadata> metadata, bool replace,
+                     const CancelToken* cancel = nullptr);
   StatusOr<SearchResults> query_cpu(const float* queries, std::size_t query_count,
                                     const QueryOptions& options, const std::vector<RowSpan>& spans,
                                     const std::vector<std::uint64_t>* allow);

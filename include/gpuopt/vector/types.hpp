@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "gpuopt/core/cancel.hpp"
 #include "gpuopt/core/status.hpp"
 
 namespace gpuopt::vector {
@@ -54,6 +55,10 @@ struct IvfParams {
   double retrain_growth = 1.0;
   double retrain_distance_ratio = 1.5;
   bool auto_retrain = false;  // an IVF query retrains first once retraining is recommended
+  // Polled between k-means iterations and row chunks of CPU training and assignment (and before
+  // and after each GPU step): once set, Collection::build_ivf returns CANCELLED and the saved and
+  // loaded index stay as they were. Null = not cancellable. The caller keeps it alive.
+  const CancelToken* cancel = nullptr;
 };
 std::string_view query_engine_name(QueryEngine engine);  // "cpu", "gpu", "auto"
 StatusOr<QueryEngine> parse_query_engine(std::string_view text);
@@ -90,6 +95,11 @@ struct QueryOptions {
   int threads = 0;         // 0 = all hardware threads
   QueryEngine engine = QueryEngine::kCpu;
   GpuQueryOptions gpu;  // used when the GPU answers
+  // Polled between tiles of the CPU exact scan, between IVF lists, and by an IVF training that the
+  // query starts (ivf.cancel when that is null): once set, query returns CANCELLED (a query
+  // changes nothing in the store). The GPU engine checks it only before it starts. Null = not
+  // cancellable. The caller keeps it alive.
+  const CancelToken* cancel = nullptr;
 };
 
 // How Collection::query answered.
