@@ -24,8 +24,11 @@ ROWS = 60000
 # verified and held what it held before.
 CHILD = textwrap.dedent(
     """
-    import faulthandler, sys, time, numpy as np, gpuopt.vector
+    import faulthandler, signal, sys, time, numpy as np, gpuopt.vector
     faulthandler.dump_traceback_later(60, exit=True)  # a hang prints every thread's stack
+    # Started in the background by a non-interactive shell (as CI runs), a process inherits SIGINT
+    # ignored and Python installs no KeyboardInterrupt handler: install it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     path, operation = sys.argv[1], sys.argv[2]
     store = gpuopt.vector.open(path)
     name = "a" if operation == "add" else "c"
