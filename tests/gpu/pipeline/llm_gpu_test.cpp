@@ -19,38 +19,15 @@
 #include "gpuopt/kernels/w4a16.hpp"
 #include "gpuopt/pipeline/llm.hpp"
 #include "gpuopt/runtime/device_buffer.hpp"
+#include "llm_test_support.hpp"
 #include "pipeline/llm_gemv.hpp"
 #include "pipeline/llm_weights.hpp"
 
 namespace gpuopt::pipeline {
 namespace {
 
-// A typed runtime::DeviceBuffer with checked synchronous upload, download and poisoning.
-template <typename T>
-struct TestBuffer {
-  runtime::DeviceBuffer owned;
-  T* data = nullptr;
-  std::size_t count = 0;
-  explicit TestBuffer(std::size_t n) : count(n) {
-    auto buffer = runtime::DeviceBuffer::allocate(std::max<std::size_t>(n, 1) * sizeof(T));
-    EXPECT_TRUE(buffer.ok()) << buffer.status().to_string();
-    if (buffer.ok()) {
-      owned = std::move(buffer).value();
-      data = owned.data_as<T>();
-    }
-  }
-  void upload(const std::vector<T>& host) {
-    ASSERT_EQ(cudaMemcpy(data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(count);
-    EXPECT_EQ(cudaMemcpy(host.data(), data, count * sizeof(T), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return host;
-  }
-  void poison() { EXPECT_EQ(cudaMemset(data, 0xff, count * sizeof(T)), cudaSuccess); }  // -1 / NaN
-};
+using llm_test::random_prompts;
+using llm_test::TestBuffer;
 
 struct Outputs {
   std::vector<std::int32_t> tokens;
@@ -81,14 +58,6 @@ Outputs run(LlmDecoder& decoder, const std::vector<std::int32_t>& prompts, int b
   out.embeddings = d_embeddings.download();
   if (want_logits) out.logits = d_logits.download();
   return out;
-}
-
-std::vector<std::int32_t> random_prompts(int batch, int prompt_len, int vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> token(0, vocab - 1);
-  std::vector<std::int32_t> prompts(static_cast<std::size_t>(batch) * prompt_len);
-  for (auto& t : prompts) t = token(rng);
-  return prompts;
 }
 
 class LlmGpu : public ::testing::Test {

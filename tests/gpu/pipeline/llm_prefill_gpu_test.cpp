@@ -20,35 +20,13 @@
 #include "gpuopt/kernels/quant_formats.hpp"
 #include "gpuopt/pipeline/llm.hpp"
 #include "gpuopt/runtime/device_buffer.hpp"
+#include "llm_test_support.hpp"
 
 namespace gpuopt::pipeline {
 namespace {
 
-template <typename T>
-struct TestBuffer {
-  runtime::DeviceBuffer owned;
-  T* data = nullptr;
-  std::size_t count = 0;
-  explicit TestBuffer(std::size_t n) : count(n) {
-    auto buffer = runtime::DeviceBuffer::allocate(std::max<std::size_t>(n, 1) * sizeof(T));
-    EXPECT_TRUE(buffer.ok()) << buffer.status().to_string();
-    if (buffer.ok()) {
-      owned = std::move(buffer).value();
-      data = owned.data_as<T>();
-    }
-  }
-  void upload(const std::vector<T>& host) {
-    ASSERT_EQ(cudaMemcpy(data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(count);
-    EXPECT_EQ(cudaMemcpy(host.data(), data, count * sizeof(T), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return host;
-  }
-  void poison() { EXPECT_EQ(cudaMemset(data, 0xff, count * sizeof(T)), cudaSuccess); }  // NaN
-};
+using llm_test::random_prompts;
+using llm_test::TestBuffer;
 
 struct Outputs {
   std::vector<std::int32_t> tokens;  // [batch][new_tokens]
@@ -90,14 +68,6 @@ Outputs run(LlmDecoder& decoder, const std::vector<std::int32_t>& prompts, int b
     out.kv_cache[i] = kernels::fp16_bits_to_float(cache[i]);
   }
   return out;
-}
-
-std::vector<std::int32_t> random_prompts(int batch, int prompt_len, int vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> token(0, vocab - 1);
-  std::vector<std::int32_t> prompts(static_cast<std::size_t>(batch) * prompt_len);
-  for (auto& t : prompts) t = token(rng);
-  return prompts;
 }
 
 float top2_margin(const float* row, int vocab) {

@@ -1,0 +1,53 @@
+// Helpers of the LLM GPU tests: a typed device buffer with checked synchronous copies and
+// poisoning, and seeded random prompts.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gpuopt/runtime/device_buffer.hpp"
+
+namespace gpuopt::pipeline::llm_test {
+
+// A typed runtime::DeviceBuffer with checked synchronous upload, download and poisoning.
+template <typename T>
+struct TestBuffer {
+  runtime::DeviceBuffer owned;
+  T* data = nullptr;
+  std::size_t count = 0;
+  explicit TestBuffer(std::size_t n) : count(n) {
+    auto buffer = runtime::DeviceBuffer::allocate(std::max<std::size_t>(n, 1) * sizeof(T));
+    EXPECT_TRUE(buffer.ok()) << buffer.status().to_string();
+    if (buffer.ok()) {
+      owned = std::move(buffer).value();
+      data = owned.data_as<T>();
+    }
+  }
+  void upload(const std::vector<T>& host) {
+    ASSERT_EQ(cudaMemcpy(data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count);
+    EXPECT_EQ(cudaMemcpy(host.data(), data, count * sizeof(T), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return host;
+  }
+  void poison() { EXPECT_EQ(cudaMemset(data, 0xff, count * sizeof(T)), cudaSuccess); }  // -1 / NaN
+};
+
+inline std::vector<std::int32_t> random_prompts(int batch, int prompt_len, int vocab,
+                                                unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> token(0, vocab - 1);
+  std::vector<std::int32_t> prompts(static_cast<std::size_t>(batch) * prompt_len);
+  for (auto& t : prompts) t = token(rng);
+  return prompts;
+}
+
+}  // namespace gpuopt::pipeline::llm_test
