@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `gpuopt vector import` streams its input: a 300 MB float32 .npy imports with a peak resident set
-# far below the file's size (the whole file used to be read into memory, then copied).
+# `gpuopt vector import` streams its input: a 300 MB float32 .npy imports holding far less memory
+# than the file's size.
 # usage: vector_import_rss.sh GPUOPT_BINARY TEST_DATA_DIR
 set -uo pipefail
 gpuopt="$1"
