@@ -66,6 +66,28 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
+def profile_calls(call, batches: list, calls: int) -> list[dict]:
+    """cProfile over `calls` calls: the functions by their own time, per call (the native query
+    shows as one builtin method; cProfile's own overhead inflates the Python frames alike)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for i in range(calls):
+        call(batches[i % len(batches)])
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # {(file, line, name): (cc, nc, tottime, cumtime, ...)}
+    rows = []
+    for (file, line, name), (_, ncalls, tottime, cumtime, _) in stats.items():
+        where = f"{os.path.basename(file)}:{line}({name})" if line else name
+        rows.append({"function": where, "calls_per_query": ncalls / calls,
+                     "own_us_per_query": tottime / calls * 1e6,
+                     "cumulative_us_per_query": cumtime / calls * 1e6})
+    rows.sort(key=lambda row: row["own_us_per_query"], reverse=True)
+    return rows[:12]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -76,6 +98,9 @@ def main() -> int:
     parser.add_argument("--single", type=int, default=200, help="timed calls at batch 1")
     parser.add_argument("--gpuopt", help="the gpuopt CLI (default $GPUOPT_BIN/gpuopt, PATH)")
     parser.add_argument("--out", help="keep the CLI's JSON here")
+    parser.add_argument("--profile", type=int, default=0, metavar="CALLS",
+                        help="also profile CALLS batch-1 torch CUDA queries (cProfile) and print "
+                             "where each call's time goes")
     args = parser.parse_args()
     try:
         import torch
@@ -167,6 +192,9 @@ def main() -> int:
             result[f"query_{name}_batch_qps"] = args.queries / statistics.median(full)
             result[f"query_{name}_single_p50_seconds"] = percentile(single, 0.5)
             result[f"query_{name}_single_p99_seconds"] = percentile(single, 0.99)
+        if args.profile > 0:
+            result["profile_torch_cuda_single"] = profile_calls(
+                cuda_call, [device_queries[i : i + 1] for i in range(args.queries)], args.profile)
         _, _, report = collection.query(device_queries[:1], k=args.k, report=True)
         result["default_engine_cuda_queries"] = report["engine"]
         result["queries_on_device"] = report["queries_on_device"]
@@ -217,6 +245,10 @@ def main() -> int:
             cli_us = result["cli_single_seconds"] * 1e6
             line += f"; CLI p50 {cli_us:.0f} us (python/C++ {p50 / cli_us:.2f})"
         print(line)
+    for row in result.get("profile_torch_cuda_single", []):
+        print(f"RESULT: python vector query batch 1 (torch_cuda queries) profile: "
+              f"{row['own_us_per_query']:.1f} us own, {row['cumulative_us_per_query']:.1f} us "
+              f"with callees, {row['calls_per_query']:g} calls per query: {row['function']}")
     return 0
 
 

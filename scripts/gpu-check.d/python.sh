@@ -29,7 +29,7 @@ python3 "$OLDPWD/bench/python/w4a16_overhead.py" --k 4096 --n 4096 2>&1 |
 # gpuopt.vector from Python (1M x 128): add from a torch CUDA tensor and from numpy, GPU queries
 # at batch 1000 and 1, beside the CLI's `vector query --engine gpu` on the same store and queries.
 python3 "$OLDPWD/bench/python/vector_bench.py" ${GPUOPT_BIN:+--gpuopt "$GPUOPT_BIN/gpuopt"} \
-  --out "$out/vector_bench" 2>&1 | tee "$out/vector_bench.log" | grep '^RESULT:'
+  --profile 200 --out "$out/vector_bench" 2>&1 | tee "$out/vector_bench.log" | grep "^RESULT:"
 summary=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|skipped)' "$out/pytest.log" | tail -1 | tr -d '=')
 echo "RESULT: python pytest: ${summary:-no summary} (exit $rc)"
 exit $rc
