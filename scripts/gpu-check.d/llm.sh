@@ -44,7 +44,7 @@ for s in doc["decode_step"]:
 for l in lines:
     if "decode step" in l and "," in (step.search(l).group(2) if step.search(l) else ""):
         print("RESULT: " + l[len("[llm] "):])
-    elif "generate batch" in l:
+    elif "generate batch" in l or l.startswith("[llm] memory"):
         print("RESULT: " + l[len("[llm] "):])
 for l in torch_lines:
     print("RESULT: " + l[len("[llm-torch] "):])

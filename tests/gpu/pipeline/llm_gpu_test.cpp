@@ -601,6 +601,20 @@ TEST_F(LlmGpu, OneBillionShapedProfileBatch16) { profile_steps(16, stream_); }
 TEST_F(LlmGpu, EightBillionShapedRunsAndReportsItsTime) {
   auto decoder = LlmDecoder::create(llama_8b_shaped());
   ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
+  // The model's device memory: what the decoder allocated, beside its parts by arithmetic, and
+  // the device's own view of what the process holds.
+  const LlmConfig& c = (*decoder)->config();
+  std::size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  const double weights = llm_weight_bytes(c), embedding = llm_embedding_table_bytes(c),
+               kv_cache = llm_kv_cache_bytes(c), allocated = (*decoder)->info().workspace_bytes;
+  EXPECT_GE(allocated, weights + embedding + kv_cache);
+  std::cout << "[llm] memory (" << c.name << "): allocated " << allocated / 1e9
+            << " GB = int4 weights + scales " << weights / 1e9 << " GB + embedding "
+            << embedding / 1e9 << " GB + KV cache " << kv_cache / 1e9 << " GB (batch "
+            << c.max_batch << " x context " << c.max_context << ") + the rest "
+            << (allocated - weights - embedding - kv_cache) / 1e9 << " GB; device in use "
+            << double(total_bytes - free_bytes) / 1e9 << " GB\n";
   check_shaped(**decoder, 16, stream_);
   for (int batch : {1, 16}) time_steps(**decoder, batch, 24, "", stream_);
 }
