@@ -25,4 +25,4 @@ if [ "$rc" -ne 2 ]; then
   echo "bad --sizes: exit $rc, expected 2" >&2
   exit 1
 fi
-"$gpuopt" bench pcie --list | grep -q "^host_to_device_memcpy_ce_pinned "
+grep -q "^host_to_device_memcpy_ce_pinned " <<<"$("$gpuopt" bench pcie --list)"

@@ -7,7 +7,8 @@ gpuopt="$1"
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to write the input"; exit 77; }
 # A sanitizer build keeps freed memory in quarantine and maps shadow memory: its resident set says
 # nothing about the import's.
-if ldd "$gpuopt" 2>/dev/null | grep -qE 'lib(asan|tsan|ubsan)'; then
+# A here-string, not a pipe: under pipefail grep -q's early exit can fail the pipeline (SIGPIPE).
+if grep -qE 'lib(asan|tsan|ubsan)' <<<"$(ldd "$gpuopt" 2>/dev/null)"; then
   echo "SKIP: $gpuopt is a sanitizer build; its resident set is not the import's"
   exit 77
 fi
@@ -66,7 +67,7 @@ base_kb=$(( $(field "$work/one.json" peak_anonymous_bytes) / 1024 ))
 peak_kb=$(( $(field "$work/import.json" peak_anonymous_bytes) / 1024 ))
 base_total_kb=$(( $(field "$work/one.json" peak_rss_bytes) / 1024 ))
 peak_total_kb=$(( $(field "$work/import.json" peak_rss_bytes) / 1024 ))
-tail -1 "$work/import.json" | grep -q "\"imported\":$rows" || fail "import summary: $(tail -1 "$work/import.json")"
+grep -q "\"imported\":$rows" <<<"$(tail -1 "$work/import.json")" || fail "import summary: $(tail -1 "$work/import.json")"
 info=$("$gpuopt" vector info "$work/s" --json) || fail info
 grep -q "\"count\": $rows" <<<"$info" || fail "info count: $info"
 [ "$peak_kb" -gt 0 ] && [ "$base_kb" -gt 0 ] || fail "no peak_anonymous_bytes in the import summaries"

@@ -74,6 +74,6 @@ grep -q '"results":\[\[\]' "$work/where.json" || { echo "filter on absent metada
 
 kill "$writer"
 wait "$writer" 2>/dev/null
-"$gpuopt" vector info "$work/store" --verify --json | grep -q '"count": 350' ||
+grep -q '"count": 350' <<<"$("$gpuopt" vector info "$work/store" --verify --json)" ||
   { echo "store does not hold 350 rows"; "$gpuopt" vector info "$work/store" --verify; exit 1; }
 echo "ok: queries through the server match the store; one writer; read-only server follows it"
