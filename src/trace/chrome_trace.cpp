@@ -4,21 +4,16 @@
 // trace never exists as one JSON document in memory.
 #include "gpuopt/trace/chrome_trace.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
+
+#include "gpuopt/core/output_file.hpp"
 
 namespace gpuopt::trace {
 namespace {
@@ -258,47 +253,10 @@ Status write_chrome_trace(const TraceData& data, std::ostream& out,
 
 Status write_chrome_trace(const TraceData& data, const std::string& path,
                           const ChromeTraceOptions& options) {
-  namespace fs = std::filesystem;
-  const fs::path file(path);
-  const fs::path directory = file.has_parent_path() ? file.parent_path() : fs::path(".");
-  static std::atomic<unsigned> counter{0};
-  // A new file beside the target (O_EXCL: never someone else's), renamed over it when complete.
-  std::string temporary;
-  int fd = -1;
-  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
-    temporary = (directory / fmt::format(".{}.{}.{}.tmp", file.filename().string(), getpid(),
-                                         counter.fetch_add(1)))
-                    .string();
-    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) {
-    return unavailable(
-        fmt::format("cannot write the Chrome trace to {}: {}", path, std::strerror(errno)));
-  }
-  ::close(fd);
-  auto fail = [&](const std::string& why) {
-    ::unlink(temporary.c_str());
-    return unavailable(fmt::format("writing the Chrome trace to {} failed: {}", path, why));
-  };
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) return fail("cannot open a temporary file beside it");
-    if (Status written = write_chrome_trace(data, out, options); !written.ok()) {
-      return fail("cannot write (disk full?)");
-    }
-    out.close();
-    if (!out) return fail("cannot close");
-  }
-  // Flushed to disk before the rename, so a crash leaves the old file or the whole new one.
-  fd = ::open(temporary.c_str(), O_RDONLY | O_CLOEXEC);
-  const bool synced = fd >= 0 && ::fsync(fd) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!synced) return fail(fmt::format("cannot flush to disk: {}", std::strerror(errno)));
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    return fail(fmt::format("cannot rename into place: {}", std::strerror(errno)));
-  }
-  return ok_status();
+  // Streamed into a file beside `path`, flushed to disk and renamed over it: a crash leaves the
+  // old file or the whole new one.
+  return write_file_atomically(
+      path, [&](std::ostream& out) { return write_chrome_trace(data, out, options); });
 }
 
 json chrome_trace_json(const TraceData& data, const ChromeTraceOptions& options) {

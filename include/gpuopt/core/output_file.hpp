@@ -3,6 +3,8 @@
 // interrupted run leaves the previous file in place).
 #pragma once
 
+#include <functional>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -20,5 +22,11 @@ Status check_output_path(const std::string& path);
 // to disk and renames it over `path`. On any error the temporary file is removed and `path` is left
 // as it was.
 Status write_file_atomically(const std::string& path, std::string_view contents);
+
+// The same for output written as a stream (a long trace need not be held in memory): `produce`
+// writes into the temporary file; a Status it returns that is not OK (or a stream that failed)
+// removes the temporary file and leaves `path` as it was.
+Status write_file_atomically(const std::string& path,
+                             const std::function<Status(std::ostream&)>& produce);
 
 }  // namespace gpuopt

@@ -1,4 +1,4 @@
-// Helpers of the LLM GPU tests: a typed device buffer with checked synchronous copies and
+// Shared by the LLM GPU tests: a typed device buffer with checked synchronous copies and
 // poisoning, and seeded random prompts.
 #pragma once
 

@@ -49,6 +49,29 @@ TEST_F(OutputFileTest, WritesANewFile) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
 }
 
+// Streamed output: what the producer writes replaces the file; a producer that fails (part way
+// through) leaves the old file and no temporary, and its Status comes back.
+TEST_F(OutputFileTest, StreamedOutputReplacesTheFileOrLeavesItAsItWas) {
+  const fs::path path = dir_ / "trace.json";
+  std::ofstream(path) << "old\n";
+  ASSERT_TRUE(write_file_atomically(path.string(), [](std::ostream& out) {
+                out << "streamed " << 42 << "\n";
+                return ok_status();
+              }).ok());
+  EXPECT_EQ(read(path), "streamed 42\n");
+  const Status failed = write_file_atomically(path.string(), [](std::ostream& out) {
+    out << "half of it";
+    return internal_error("the producer stopped");
+  });
+  EXPECT_EQ(failed.code(), StatusCode::kInternal);
+  EXPECT_EQ(failed.message(), "the producer stopped");
+  EXPECT_EQ(read(path), "streamed 42\n");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+  const Status missing = write_file_atomically((dir_ / "no/such/x.json").string(),
+                                               [](std::ostream&) { return ok_status(); });
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(OutputFileTest, ReplacesByRenameLeavingNoTemporaryFile) {
   const fs::path path = dir_ / "out.txt";
   std::ofstream(path) << "old contents that are longer than the new ones\n";
