@@ -3,6 +3,7 @@
 // k = 1, 10, 100, deletes and filters as masks, row counts that are not a multiple of the block's
 // step or smaller than the SM count, duplicate rows, and the near-tie fallback; the device-in /
 // device-out entry points; the memory budget of a dataset and of a collection.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -401,6 +402,83 @@ TEST(SmallBatchTiming, NpyFiles) {
         base->rows, base->dim, batch, us[us.size() / 2], us[us.size() * 99 / 100], us.front(),
         us.size());
   }
+}
+
+// A profile window for `gpuopt trace` (scripts/gpu-check.d/vector_batch1_profile.sh): the same
+// number of batch-1 calls through GpuDataset::search, then through Collection::query on a store
+// holding the same rows, each bracketed by cudaProfilerStart/Stop so that the records of one
+// window are those of exactly `calls` queries (nsys --capture-range=cudaProfilerApi takes the same
+// windows). Prints the wall time per call of each window.
+TEST(SmallBatchProfile, Batch1) {
+  GPUOPT_REQUIRE_GPU();
+  const char* base_path = std::getenv("GPUOPT_VECTOR_TIMING_BASE");
+  const char* query_path = std::getenv("GPUOPT_VECTOR_TIMING_QUERIES");
+  if (base_path == nullptr || query_path == nullptr) GTEST_SKIP() << "timing files not given";
+  const char* calls_text = std::getenv("GPUOPT_VECTOR_PROFILE_CALLS");
+  const std::size_t calls = calls_text != nullptr ? std::strtoul(calls_text, nullptr, 10) : 200;
+  ASSERT_GT(calls, 0u);
+  auto base = read_vector_file(base_path);
+  auto queries = read_vector_file(query_path);
+  ASSERT_TRUE(base.ok() && queries.ok());
+  ASSERT_EQ(base->dim, queries->dim);
+  const std::size_t dim = base->dim;
+  auto median_us = [](std::vector<double> us) {
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  };
+  GpuSearchOptions options;
+  options.k = 10;
+  {
+    auto dataset = GpuDataset::create(dim, Metric::kL2, base->rows);
+    ASSERT_TRUE(dataset.ok()) << dataset.status().to_string();
+    ASSERT_TRUE((*dataset)->append_host(base->values.data(), base->rows, nullptr).ok());
+    for (int warm = 0; warm < 10; ++warm) {
+      ASSERT_TRUE((*dataset)->search(queries->values.data(), 1, options, nullptr).ok());
+    }
+    std::vector<double> us;
+    ASSERT_EQ(cudaProfilerStart(), cudaSuccess);
+    for (std::size_t c = 0; c < calls; ++c) {
+      const float* query = &queries->values[(c % queries->rows) * dim];
+      const auto start = std::chrono::steady_clock::now();
+      auto found = (*dataset)->search(query, 1, options, nullptr);
+      us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count());
+      ASSERT_TRUE(found.ok() && found->small_batch) << found.status().to_string();
+    }
+    ASSERT_EQ(cudaProfilerStop(), cudaSuccess);
+    std::printf(
+        "PROFILE: window 1 GpuDataset::search %zux%zu batch=1 k=10: %zu calls, p50 %.1f us\n",
+        base->rows, dim, calls, median_us(us));
+  }
+  gpuopt::testing::TempDir dir("gpuopt-small-batch-profile");
+  auto store = Store::open(dir.path(), {.create = true});
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto collection = (*store)->create_collection("c", {dim, Metric::kL2});
+  ASSERT_TRUE(collection.ok()) << collection.status().to_string();
+  std::vector<std::uint64_t> ids(base->rows);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = i;
+  ASSERT_TRUE((*collection)->add(ids, base->values.data()).ok());
+  QueryOptions query_options;
+  query_options.k = 10;
+  query_options.engine = QueryEngine::kGpu;
+  for (int warm = 0; warm < 10; ++warm) {
+    ASSERT_TRUE((*collection)->query(queries->values.data(), 1, query_options).ok());
+  }
+  std::vector<double> us;
+  ASSERT_EQ(cudaProfilerStart(), cudaSuccess);
+  for (std::size_t c = 0; c < calls; ++c) {
+    const float* query = &queries->values[(c % queries->rows) * dim];
+    const auto start = std::chrono::steady_clock::now();
+    QueryReport report;
+    auto found = (*collection)->query(query, 1, query_options, &report);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                     .count());
+    ASSERT_TRUE(found.ok() && report.gpu_small_batch) << found.status().to_string();
+  }
+  ASSERT_EQ(cudaProfilerStop(), cudaSuccess);
+  std::printf("PROFILE: window 2 Collection::query %zux%zu batch=1 k=10: %zu calls, p50 %.1f us\n",
+              base->rows, dim, calls, median_us(us));
 }
 
 }  // namespace
