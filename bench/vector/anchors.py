@@ -33,7 +33,8 @@ def fm_data(rows, queries):
     centres = r.standard_normal((300, 40), dtype=np.float32) @ basis * 0.35
     labels = r.integers(0, 300, rows + queries)
     data = (centres[labels] + r.standard_normal((rows + queries, 784), dtype=np.float32)).astype(
-        np.float32)
+        np.float32
+    )
     return data[:rows], data[rows:]
 
 
@@ -42,7 +43,8 @@ def clustered_data(rows, queries):
     centres = r.standard_normal((1000, 128), dtype=np.float32) * 3.0
     labels = r.integers(0, 1000, rows + queries)
     data = (centres[labels] + r.standard_normal((rows + queries, 128), dtype=np.float32)).astype(
-        np.float32)
+        np.float32
+    )
     return data[:rows], data[rows:]
 
 
@@ -52,17 +54,18 @@ def truth_of(base, queries):
     norms = (b * b).sum(1)
     out = np.empty((len(queries), K), dtype=np.int64)
     for start in range(0, len(queries), 100):
-        q = queries[start:start + 100].astype(np.float64)
+        q = queries[start : start + 100].astype(np.float64)
         d = norms[None, :] - 2.0 * q @ b.T
         part = np.argpartition(d, K, axis=1)[:, :K]
         order = np.take_along_axis(d, part, 1).argsort(1)
-        out[start:start + 100] = np.take_along_axis(part, order, 1)
+        out[start : start + 100] = np.take_along_axis(part, order, 1)
     return out
 
 
 def recall(found, truth):
-    return float(np.mean([len(set(map(int, f)) & set(map(int, t))) / K
-                          for f, t in zip(found, truth)]))
+    return float(
+        np.mean([len(set(map(int, f)) & set(map(int, t))) / K for f, t in zip(found, truth)])
+    )
 
 
 def batch_qps(search, queries, repeat=3):
@@ -91,14 +94,26 @@ class Gpuopt:
         self.binary, self.work = binary, work
 
     def run(self, *args):
-        p = subprocess.run([self.binary, *args], capture_output=True, text=True)
+        p = subprocess.run([self.binary, *args], capture_output=True, text=True, check=False)
         if p.returncode != 0:
             raise RuntimeError(f"gpuopt {' '.join(args[:2])}: {p.stderr.strip()[:300]}")
         return p.stdout
 
     def query(self, store, queries_file, repeat, *extra):
-        doc = json.loads(self.run("vector", "query", store, queries_file, "--k", str(K),
-                                  "--repeat", str(repeat), "--json", *extra).splitlines()[-1])
+        doc = json.loads(
+            self.run(
+                "vector",
+                "query",
+                store,
+                queries_file,
+                "--k",
+                str(K),
+                "--repeat",
+                str(repeat),
+                "--json",
+                *extra,
+            ).splitlines()[-1]
+        )
         ids = [[h["id"] for h in row] for row in doc["results"]]
         return doc, ids
 
@@ -117,37 +132,65 @@ def gpuopt_points(args, name, base, queries, truth, work, points):
     nlist = None
     for engine in args.engines:
         try:
-            built = json.loads(g.run("vector", "reindex", store, "--engine", engine,
-                                     "--json").splitlines()[-1])
+            built = json.loads(
+                g.run("vector", "reindex", store, "--engine", engine, "--json").splitlines()[-1]
+            )
             nlist = built["nlist"]
-            print(f"gpuopt {name}: IVF built on {engine}: nlist {nlist}, "
-                  f"{built.get('build_seconds', 0):.2f} s", flush=True)
+            print(
+                f"gpuopt {name}: IVF built on {engine}: nlist {nlist}, "
+                f"{built.get('build_seconds', 0):.2f} s",
+                flush=True,
+            )
             break
-        except Exception as error:  # no GPU: try the next engine
+        except (RuntimeError, KeyError, ValueError) as error:  # no GPU: try the next engine
             print(f"gpuopt {name}: reindex on {engine} failed: {error}", flush=True)
     for engine in args.engines:
         for nprobe in args.nprobes:
             try:
-                doc, ids = g.query(store, qfile, 5, "--index", "ivf", "--engine", engine,
-                                   "--nprobe", str(nprobe))
-                single, _ = g.query(store, one, args.single, "--index", "ivf", "--engine", engine,
-                                    "--nprobe", str(nprobe))
-            except Exception as error:
-                print(f"RESULT: anchors {name} gpuopt ivf {engine} nprobe {nprobe}: failed "
-                      f"({error})")
+                doc, ids = g.query(
+                    store, qfile, 5, "--index", "ivf", "--engine", engine, "--nprobe", str(nprobe)
+                )
+                single, _ = g.query(
+                    store,
+                    one,
+                    args.single,
+                    "--index",
+                    "ivf",
+                    "--engine",
+                    engine,
+                    "--nprobe",
+                    str(nprobe),
+                )
+            except (RuntimeError, KeyError, ValueError) as error:
+                print(
+                    f"RESULT: anchors {name} gpuopt ivf {engine} nprobe {nprobe}: failed ({error})"
+                )
                 break
-            points.append({"dataset": name, "engine": f"gpuopt-ivf-{engine}",
-                           "param": f"nprobe={nprobe}", "recall": recall(ids, truth),
-                           "qps_b1000": doc["queries_per_s"],
-                           "p50_b1_us": single["query_seconds"] * 1e6})
+            points.append(
+                {
+                    "dataset": name,
+                    "engine": f"gpuopt-ivf-{engine}",
+                    "param": f"nprobe={nprobe}",
+                    "recall": recall(ids, truth),
+                    "qps_b1000": doc["queries_per_s"],
+                    "p50_b1_us": single["query_seconds"] * 1e6,
+                }
+            )
         if engine == "gpu":
             try:
                 doc, ids = g.query(store, qfile, 10, "--engine", "gpu")
                 single, _ = g.query(store, one, args.single, "--engine", "gpu")
-                points.append({"dataset": name, "engine": "gpuopt-exact-gpu", "param": "exact",
-                               "recall": recall(ids, truth), "qps_b1000": doc["queries_per_s"],
-                               "p50_b1_us": single["query_seconds"] * 1e6})
-            except Exception as error:
+                points.append(
+                    {
+                        "dataset": name,
+                        "engine": "gpuopt-exact-gpu",
+                        "param": "exact",
+                        "recall": recall(ids, truth),
+                        "qps_b1000": doc["queries_per_s"],
+                        "p50_b1_us": single["query_seconds"] * 1e6,
+                    }
+                )
+            except (RuntimeError, KeyError, ValueError) as error:
                 print(f"RESULT: anchors {name} gpuopt exact gpu: failed ({error})")
     return nlist
 
@@ -165,29 +208,47 @@ def faiss_points(args, name, base, queries, truth, nlist, points):
     start = time.perf_counter()
     ivf.train(base)
     ivf.add(base)
-    print(f"faiss {name}: IVFFlat nlist {nlist} built in {time.perf_counter() - start:.2f} s "
-          f"({faiss.omp_get_max_threads()} threads)", flush=True)
+    print(
+        f"faiss {name}: IVFFlat nlist {nlist} built in {time.perf_counter() - start:.2f} s "
+        f"({faiss.omp_get_max_threads()} threads)",
+        flush=True,
+    )
     for nprobe in args.nprobes:
         ivf.nprobe = nprobe
         search = lambda q: ivf.search(q, K)[1]
         qps, ids = batch_qps(search, queries)
-        points.append({"dataset": name, "engine": "faiss-ivfflat", "param": f"nprobe={nprobe}",
-                       "recall": recall(ids, truth), "qps_b1000": qps,
-                       "p50_b1_us": single_p50_us(search, queries, args.single)})
-    del ivf
+        points.append(
+            {
+                "dataset": name,
+                "engine": "faiss-ivfflat",
+                "param": f"nprobe={nprobe}",
+                "recall": recall(ids, truth),
+                "qps_b1000": qps,
+                "p50_b1_us": single_p50_us(search, queries, args.single),
+            }
+        )
     hnsw = faiss.IndexHNSWFlat(d, args.hnsw_m)
     hnsw.hnsw.efConstruction = args.ef_construction
     start = time.perf_counter()
     hnsw.add(base)
-    print(f"faiss {name}: HNSWFlat M {args.hnsw_m} built in {time.perf_counter() - start:.2f} s",
-          flush=True)
+    print(
+        f"faiss {name}: HNSWFlat M {args.hnsw_m} built in {time.perf_counter() - start:.2f} s",
+        flush=True,
+    )
     for ef in args.efs:
         hnsw.hnsw.efSearch = ef
         search = lambda q: hnsw.search(q, K)[1]
         qps, ids = batch_qps(search, queries)
-        points.append({"dataset": name, "engine": "faiss-hnsw", "param": f"ef={ef}",
-                       "recall": recall(ids, truth), "qps_b1000": qps,
-                       "p50_b1_us": single_p50_us(search, queries, args.single)})
+        points.append(
+            {
+                "dataset": name,
+                "engine": "faiss-hnsw",
+                "param": f"ef={ef}",
+                "recall": recall(ids, truth),
+                "qps_b1000": qps,
+                "p50_b1_us": single_p50_us(search, queries, args.single),
+            }
+        )
 
 
 def hnswlib_points(args, name, base, queries, truth, points):
@@ -197,19 +258,28 @@ def hnswlib_points(args, name, base, queries, truth, points):
         print(f"RESULT: anchors {name} hnswlib: not importable ({error})")
         return
     index = hnswlib.Index(space="l2", dim=base.shape[1])
-    index.init_index(max_elements=len(base), M=args.hnsw_m, ef_construction=args.ef_construction,
-                     random_seed=100)
+    index.init_index(
+        max_elements=len(base), M=args.hnsw_m, ef_construction=args.ef_construction, random_seed=100
+    )
     start = time.perf_counter()
     index.add_items(base, np.arange(len(base)), num_threads=-1)
-    print(f"hnswlib {name}: M {args.hnsw_m} built in {time.perf_counter() - start:.2f} s",
-          flush=True)
+    print(
+        f"hnswlib {name}: M {args.hnsw_m} built in {time.perf_counter() - start:.2f} s", flush=True
+    )
     for ef in args.efs:
         index.set_ef(max(ef, K))
         search = lambda q: index.knn_query(q, k=K, num_threads=-1)[0]
         qps, ids = batch_qps(search, queries)
-        points.append({"dataset": name, "engine": "hnswlib", "param": f"ef={ef}",
-                       "recall": recall(ids, truth), "qps_b1000": qps,
-                       "p50_b1_us": single_p50_us(search, queries, args.single)})
+        points.append(
+            {
+                "dataset": name,
+                "engine": "hnswlib",
+                "param": f"ef={ef}",
+                "recall": recall(ids, truth),
+                "qps_b1000": qps,
+                "p50_b1_us": single_p50_us(search, queries, args.single),
+            }
+        )
 
 
 def main():
@@ -220,10 +290,15 @@ def main():
     parser.add_argument("--rows-fm", type=int, default=60_000)
     parser.add_argument("--rows-1m", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--engines", nargs="+", default=["gpu", "cpu"],
-                        help="gpuopt engines (reindex uses the first that works)")
-    parser.add_argument("--nprobes", type=int, nargs="+",
-                        default=[1, 2, 4, 8, 12, 16, 24, 32, 48, 64])
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        default=["gpu", "cpu"],
+        help="gpuopt engines (reindex uses the first that works)",
+    )
+    parser.add_argument(
+        "--nprobes", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
+    )
     parser.add_argument("--efs", type=int, nargs="+", default=[10, 16, 32, 64, 128, 256, 512])
     parser.add_argument("--hnsw-m", type=int, default=32)
     parser.add_argument("--ef-construction", type=int, default=200)
@@ -249,9 +324,11 @@ def main():
         faiss_points(args, label, base, queries, truth, nlist, points)
         hnswlib_points(args, label, base, queries, truth, points)
         for p in points[first:]:
-            print(f"RESULT: anchors {label} {p['engine']} {p['param']}: recall@10 "
-                  f"{p['recall']:.4f}, {p['qps_b1000']:.0f} q/s at batch {len(queries)}, batch-1 "
-                  f"p50 {p['p50_b1_us']:.1f} us")
+            print(
+                f"RESULT: anchors {label} {p['engine']} {p['param']}: recall@10 "
+                f"{p['recall']:.4f}, {p['qps_b1000']:.0f} q/s at batch {len(queries)}, batch-1 "
+                f"p50 {p['p50_b1_us']:.1f} us"
+            )
         engines = sorted({p["engine"] for p in points[first:]})
         for target in args.targets:
             best = []
@@ -259,12 +336,16 @@ def main():
                 ok = [p for p in points[first:] if p["engine"] == engine and p["recall"] >= target]
                 if ok:
                     p = max(ok, key=lambda p: p["qps_b1000"])
-                    best.append(f"{engine} {p['qps_b1000']:.0f} q/s ({p['param']}, recall "
-                                f"{p['recall']:.4f}, b=1 p50 {p['p50_b1_us']:.0f} us)")
+                    best.append(
+                        f"{engine} {p['qps_b1000']:.0f} q/s ({p['param']}, recall "
+                        f"{p['recall']:.4f}, b=1 p50 {p['p50_b1_us']:.0f} us)"
+                    )
                 else:
                     best.append(f"{engine} not reached")
-            print(f"RESULT: anchors {label} recall@10>={target:.2f}, fastest at batch "
-                  f"{len(queries)}: " + "; ".join(best))
+            print(
+                f"RESULT: anchors {label} recall@10>={target:.2f}, fastest at batch "
+                f"{len(queries)}: " + "; ".join(best)
+            )
     with open(os.path.join(args.out, "anchors.json"), "w") as f:
         json.dump({"k": K, "points": points}, f, indent=1)
 
