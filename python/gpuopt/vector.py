@@ -469,34 +469,62 @@ class Collection:
             )
         if k > GPU_MAX_K:
             raise InvalidArgumentError(f"k {k} is above the GPU engine's largest, {GPU_MAX_K}")
-        with torch.cuda.device(gpu):
-            if stream is None:
-                use = torch.cuda.current_stream(gpu)
-            elif isinstance(stream, torch.cuda.Stream):
-                use = stream
-            else:
-                use = torch.cuda.ExternalStream(int(getattr(stream, "cuda_stream", stream)))
-            with torch.cuda.stream(use):
-                queries = queries.detach().to(torch.float32).contiguous()
-                count = queries.shape[0]
-                ids = torch.empty((count, k), dtype=torch.int64, device=queries.device)
-                distances = torch.empty((count, k), dtype=torch.float32, device=queries.device)
-                reports = []
-                for start in range(0, count, _QUERY_CHUNK):
-                    end = min(count, start + _QUERY_CHUNK)
-                    reports.append(
-                        self._native.query_device(
-                            queries[start:end], ids[start:end].data_ptr(),
-                            distances[start:end].data_ptr(), int(use.cuda_stream), k, where_text,
-                            gpu, budget,
-                        )
-                    )
-                # The engine marks "no row" with FLT_MAX; the API's padding is inf.
-                distances.masked_fill_(ids < 0, math.inf)
+        if stream is None and gpu == torch.cuda.current_device():
+            # The common call: the caller's current stream on the current device; no context
+            # switches around the call (each costs microseconds at batch 1).
+            use = torch.cuda.current_stream(gpu)
+            answered = self._query_device_on(queries, k, where_text, gpu, budget, use)
+        else:
+            with torch.cuda.device(gpu):
+                if stream is None:
+                    use = torch.cuda.current_stream(gpu)
+                elif isinstance(stream, torch.cuda.Stream):
+                    use = stream
+                else:
+                    use = torch.cuda.ExternalStream(int(getattr(stream, "cuda_stream", stream)))
+                with torch.cuda.stream(use):
+                    answered = self._query_device_on(queries, k, where_text, gpu, budget, use)
+        ids, distances, reports = answered
         how = _merge_reports(reports) if reports else _empty_report("gpu")
         how["requested_engine"] = "gpu"
         how["queries_on_device"] = True
         return ids, distances, how
+
+    def _query_device_on(
+        self, queries: Any, k: int, where_text: str, gpu: int, budget: int, use: Any
+    ) -> tuple[Any, Any, list[dict[str, Any]]]:
+        """The device query on stream `use` (the current stream of `gpu` or made current)."""
+        import torch
+
+        if queries.dtype != torch.float32 or not queries.is_contiguous():
+            queries = queries.to(torch.float32).contiguous()
+        queries = queries.detach()
+        count = queries.shape[0]
+        ids = torch.empty((count, k), dtype=torch.int64, device=queries.device)
+        distances = torch.empty((count, k), dtype=torch.float32, device=queries.device)
+        stream_handle = int(use.cuda_stream)
+        reports = []
+        if 0 < count <= _QUERY_CHUNK:
+            # One chunk: the tensors themselves, no views.
+            reports.append(
+                self._native.query_device(
+                    queries, ids.data_ptr(), distances.data_ptr(), stream_handle, k, where_text,
+                    gpu, budget,
+                )
+            )
+        elif count > _QUERY_CHUNK:
+            for start in range(0, count, _QUERY_CHUNK):
+                end = min(count, start + _QUERY_CHUNK)
+                reports.append(
+                    self._native.query_device(
+                        queries[start:end], ids[start:end].data_ptr(),
+                        distances[start:end].data_ptr(), stream_handle, k, where_text, gpu,
+                        budget,
+                    )
+                )
+        # The engine marks "no row" with FLT_MAX; the API's padding is inf.
+        distances.masked_fill_(ids < 0, math.inf)
+        return ids, distances, reports
 
     @property
     def last_query_report(self) -> dict[str, Any] | None:

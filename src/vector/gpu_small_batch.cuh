@@ -31,8 +31,11 @@ class SmallBatchSearch {
              std::uint64_t* id, std::int32_t* overflow, cudaStream_t stream);
 
  private:
-  runtime::DeviceBuffer candidate_value_;  // float [kSmallBatchMaxQueries, max groups, keep]
-  runtime::DeviceBuffer candidate_row_;    // std::uint32_t, same shape
+  // Each candidate's lower bound (float), upper bound as an orderable key (std::uint32_t) and row
+  // (std::uint32_t), each [kSmallBatchMaxQueries, max groups, keep].
+  runtime::DeviceBuffer candidate_lower_;
+  runtime::DeviceBuffer candidate_key_;
+  runtime::DeviceBuffer candidate_row_;
   runtime::DeviceBuffer candidate_count_;  // std::int32_t [kSmallBatchMaxQueries, max groups]
   runtime::DeviceBuffer group_threshold_;  // float, same shape
   int sm_count_ = 0;
