@@ -2,6 +2,8 @@
 # Run ON THE GPU MACHINE (device tool), from the repository root, with .gpu-pack (or .gpu-bundle)
 # carried:
 #   bash scripts/gpu-check.sh [--sanitize] [--only REGEX]   (e.g. --only 'streams|gpu_runtime')
+# GPU_CHECK_DEADLINE=SECONDS bounds the whole run: each step's timeout is cut to the time left,
+# steps past it are listed as skipped, and the logs are archived before the caller's own limit.
 # Runs every test binary (gpu-labelled tests run for real there), then every benchmark script in
 # scripts/gpu-check.d/*.sh, writes logs and JSON under $OUT, and prints a short table last.
 set -uo pipefail
@@ -33,7 +35,20 @@ export GPUOPT_BIN="$bundle/bin"
 export PATH="$bundle/bin:/usr/local/cuda/bin:$PATH"
 summary="$out/summary.txt"
 : >"$summary"
-row() { printf '%-34s %-8s %s\n' "$1" "$2" "$3" | tee -a "$summary" >/dev/null; }
+row() {
+  printf '%-34s %-8s %s\n' "$1" "$2" "$3" | tee -a "$summary" >/dev/null
+  cp "$summary" "$final_out/summary.txt"  # kept current in case the caller's limit cuts the run
+}
+started_at=$(date +%s)
+deadline=${GPU_CHECK_DEADLINE:-0}
+# Prints the timeout for a step that asks for $1 seconds, cut to the time left before the
+# deadline; prints nothing when the deadline has passed.
+step_limit() {
+  if [ "$deadline" -le 0 ]; then echo "$1"; return; fi
+  local left=$(( deadline - ($(date +%s) - started_at) ))
+  [ "$left" -le 5 ] && return
+  echo $(( $1 < left ? $1 : left ))
+}
 
 {
   nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.max,pcie.link.width.max,clocks.sm \
@@ -45,8 +60,10 @@ for test_binary in "$bundle"/bin/unit_* "$bundle"/bin/gpu_*; do
   name=$(basename "$test_binary")
   [ -n "$only" ] && [[ ! "$name" =~ $only ]] && continue
   log="$out/test_$name.log"
+  limit=$(step_limit "${GPU_CHECK_TEST_TIMEOUT:-240}")
+  if [ -z "$limit" ]; then row "$name" skipped "GPU_CHECK_DEADLINE reached"; continue; fi
   start=$(date +%s)
-  timeout "${GPU_CHECK_TEST_TIMEOUT:-240}" "$test_binary" --gtest_brief=1 >"$log" 2>&1
+  timeout "$limit" "$test_binary" --gtest_brief=1 >"$log" 2>&1
   rc=$?
   seconds=$(( $(date +%s) - start ))
   # The last summary is the binary's own: tests that run a helper process (gpu_vector's IPC
@@ -82,7 +99,9 @@ for script in scripts/gpu-check.d/*.sh; do
   start=$(date +%s)
   # A script may ask for more time with a "# gpu-check-timeout: SECONDS" line.
   limit=$(grep -m1 -oE '^# gpu-check-timeout: [0-9]+' "$script" | grep -oE '[0-9]+$')
-  OUT="$out" timeout "${limit:-${GPU_CHECK_BENCH_TIMEOUT:-150}}" bash "$script" >"$log" 2>&1
+  limit=$(step_limit "${limit:-${GPU_CHECK_BENCH_TIMEOUT:-150}}")
+  if [ -z "$limit" ]; then row "bench:$name" skipped "GPU_CHECK_DEADLINE reached"; continue; fi
+  OUT="$out" timeout "$limit" bash "$script" >"$log" 2>&1
   rc=$?
   # A bench script prints its own one-line result last, prefixed "RESULT: ".
   result=$(grep '^RESULT: ' "$log" | tail -3 | sed 's/^RESULT: //' | paste -sd ';' -)
