@@ -75,8 +75,8 @@ struct LlmDecoderOptions {
   // V into the cache, lm_head on each request's last prompt token), then token-by-token decoding;
   // false: every prompt token is a decode step of its own. Each request's bits stay independent of
   // the batch either way, but prefill and token-by-token results differ in fp16 rounding
-  // (docs/llm.md, "Prefill"). Off by default until its GPU tests have run on a device.
-  bool prefill = false;
+  // (docs/llm.md, "Prefill").
+  bool prefill = true;
   // Prefill of prompts over 16 tokens: rows per W4A16 GEMM launch (a multiple of 16, >= 16). The
   // GEMMs' workspace grows with it (deterministic k-split partials, splits x rows x N x 4 bytes).
   int prefill_gemm_rows = 256;

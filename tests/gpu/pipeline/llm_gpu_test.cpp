@@ -29,6 +29,14 @@ namespace {
 using llm_test::random_prompts;
 using llm_test::TestBuffer;
 
+// Every prompt token as a decode step of its own: these tests are about the decode step (the
+// prefill path has its own suite, llm_prefill_gpu_test.cpp).
+LlmDecoderOptions token_by_token() {
+  LlmDecoderOptions options;
+  options.prefill = false;
+  return options;
+}
+
 struct Outputs {
   std::vector<std::int32_t> tokens;
   std::vector<float> embeddings;
@@ -73,7 +81,7 @@ class LlmGpu : public ::testing::Test {
 };
 
 TEST_F(LlmGpu, TinyMatchesTheTwin) {
-  auto decoder = LlmDecoder::create(tiny_llm());
+  auto decoder = LlmDecoder::create(tiny_llm(), token_by_token());
   ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
   const LlmConfig& c = (*decoder)->config();
   const unsigned seed = std::random_device{}();
@@ -130,7 +138,7 @@ TEST_F(LlmGpu, TinyMatchesTheTwin) {
 }
 
 TEST_F(LlmGpu, BatchedEqualsOneAtATimeAndRunsRepeat) {
-  auto decoder = LlmDecoder::create(tiny_llm());
+  auto decoder = LlmDecoder::create(tiny_llm(), token_by_token());
   ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
   const LlmConfig& c = (*decoder)->config();
   const unsigned seed = std::random_device{}();
