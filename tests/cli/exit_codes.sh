@@ -48,6 +48,7 @@ expect 2 bench streams --samples -1
 expect 2 bench streams --only nothing
 expect 2 bench pcie --sizes 4K,zero
 expect 2 bench gemm --timing sideways
+expect 2 bench gemm --m 1,8193
 expect 2 bench loader --cpu --producer-cost free
 expect 2 bench loader --io pread
 expect 2 pipeline --mode sideways

@@ -77,7 +77,8 @@ int run_bench_gemm(GemmBenchArgs& args) {
 GPUOPT_REGISTER_COMMAND("bench", 70, [](CLI::App& parent, int& exit_code) {
   auto args = std::make_shared<GemmBenchArgs>();
   CLI::App* command = parent.add_subcommand(
-      "gemm", "W4A16 int4 GEMM vs cuBLAS fp16/bf16 on Llama/Qwen layer shapes, M = 1..256");
+      "gemm",
+      "W4A16 int4 GEMM vs cuBLAS fp16/bf16 on Llama/Qwen layer shapes, M = 1..256 by default");
   command->add_flag("--quick", args->gemm.quick, "the four targeted shapes, fewer samples");
   command
       ->add_option("--samples", args->samples, "timed launches per figure (default 50, quick 20)")
@@ -87,7 +88,7 @@ GPUOPT_REGISTER_COMMAND("bench", 70, [](CLI::App& parent, int& exit_code) {
   command
       ->add_option("--m", args->gemm.batch_sizes,
                    "M values to time, e.g. 1,16,64 (default "
-                   "1,2,4,8,16,32,64,128,256)")
+                   "1,2,4,8,16,32,64,128,256; each 1..8192)")
       ->delimiter(',');
   command->add_option("--timing", args->timing,
                       "interleaved (default), reference-first or gpuopt-first: how cuBLAS and "

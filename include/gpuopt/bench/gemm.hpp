@@ -24,7 +24,7 @@ const std::vector<int>& default_batch_sizes();
 struct GemmBenchOptions {
   // Quick: the four shapes the targets name, fewer samples.
   bool quick = false;
-  // The M values to time, each 1..256 (default_batch_sizes()' last); empty: all of them.
+  // The M values to time, each 1..8192 (prefill sizes too); empty: default_batch_sizes().
   std::vector<int> batch_sizes;
   // The W4A16Gemm options of the timed gpuopt arm (force_path, deterministic, fallback_min_m,
   // tuning). sm_count is set from the partition below, not from here.
