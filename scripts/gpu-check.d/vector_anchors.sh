@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# gpu-check-timeout: 480
 # FAISS (IVF-Flat, HNSW) and hnswlib next to gpuopt's IVF (CPU and GPU engines) and exact GPU
 # search, on the same data in the same run (bench/vector/anchors.py): recall@10 against float64
 # brute force, queries/s at batch 1000 and batch-1 p50, and the fastest point of each engine per
