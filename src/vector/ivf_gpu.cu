@@ -1,8 +1,10 @@
 // IVF-Flat on the GPU: k-means with the distance step as a cuBLAS GEMM (TF32 tensor cores while
 // training, fp32 for the final assignment) + a warp-per-row argmin + atomic centroid sums, and
 // IVF search: a coarse fp32 GEMM against the centroids, a block-per-query top-nprobe selection in
-// shared memory, then a block-per-query scan of the probed lists (8 lanes per row, per-warp top-k
-// lists in shared memory, merged at the end).
+// shared memory, then a scan grouped by list: the (query, probe) pairs are ordered by list, each
+// tile of up to 8 queries sharing a list reads the list's rows (or one chunk of them) once and
+// keeps a top-k per query, and a warp per query merges its pairs' partial top-k lists. Ties are
+// broken by the lower position.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -51,7 +53,7 @@ constexpr int kSelectThreads = 256;
 constexpr int kPlanThreads = 1024;
 // Queries a scan tile holds at most, and the shared memory the tile's arrays may take.
 constexpr int kMaxQueryTile = 8;
-constexpr std::size_t kTileSharedBudget = 48 * 1024;
+constexpr std::size_t kTileSharedBudget = 47 * 1024;  // below 48 KiB with the static arrays
 // Rows of a list one tile scans at least; larger lists are cut into at most kMaxRowChunks chunks
 // so that one long list does not hold up the end of the scan.
 constexpr std::size_t kMinChunkRows = 128;
