@@ -1,7 +1,8 @@
 // IVF-Flat on the GPU (host-compilable header): k-means whose distance step is a cuBLAS GEMM
 // (||x||^2 - 2 x.c + ||c||^2, TF32 tensor cores while training, fp32 for the final assignment),
 // and IVF search over lists stored contiguously on the device (coarse quantiser GEMM, top-nprobe
-// per query, then a scan of the probed lists with a per-query top-k). ivf_gpu.cu implements it;
+// per query, then a scan in which the queries probing one list share each read of its rows, and a
+// merge of the per-list top-k lists of each query). ivf_gpu.cu implements it;
 // ivf_gpu_unavailable.cpp answers UNIMPLEMENTED in builds without CUDA.
 #pragma once
 
@@ -59,7 +60,7 @@ class GpuIvfLists {
   };
   // queries: host [query_count, dim]. allow_mask: host bitset over positions (mask_words words),
   // or null for every row. The probes equal IvfFlat::probes up to ties; the distances come from
-  // fp32 dot products and norms, as on the CPU.
+  // fp32 dot products and norms, as on the CPU. Equal distances are ordered by position.
   StatusOr<Result> search(const float* queries, std::size_t query_count, std::size_t k,
                           std::size_t nprobe, const std::uint64_t* allow_mask,
                           std::size_t mask_words);

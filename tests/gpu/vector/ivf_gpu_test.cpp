@@ -167,6 +167,171 @@ INSTANTIATE_TEST_SUITE_P(Metrics, GpuIvfSearch,
                                            std::make_tuple(Metric::kInnerProduct, std::size_t{96}),
                                            std::make_tuple(Metric::kCosine, std::size_t{784})));
 
+// An index whose lists the test lays out: row r (position r) goes to list assignment[r], whatever
+// its nearest centroid. With every list probed, IVF search is brute force over the allowed rows.
+detail::IvfFlat hand_made_index(const std::vector<float>& data, std::size_t dim, Metric metric,
+                                const std::vector<std::uint32_t>& assignment, std::size_t nlist,
+                                std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 8.0f);
+  std::vector<float> centroids(nlist * dim);
+  for (auto& v : centroids) v = normal(rng);
+  auto index = detail::IvfFlat::with_centroids(std::move(centroids), dim, metric);
+  auto norms = norms_of(data, dim);
+  for (std::size_t r = 0; r < assignment.size(); ++r) {
+    index.append(assignment[r], data.data() + r * dim, norms[r], r);
+  }
+  return index;
+}
+
+// List sizes with the edges the scan cuts at: a list longer than 8 chunks of 128 rows (split into
+// row chunks), empty lists, lists shorter than one 32-row step, and lists of odd lengths.
+std::vector<std::uint32_t> uneven_assignment(std::size_t nlist, std::uint64_t seed) {
+  std::vector<std::size_t> sizes(nlist);
+  std::mt19937_64 rng(seed);
+  for (std::size_t l = 0; l < nlist; ++l) sizes[l] = rng() % 150;
+  sizes[0] = 2500;
+  sizes[1] = sizes[2] = sizes[nlist - 1] = 0;
+  sizes[3] = 1;
+  sizes[4] = 33;
+  std::vector<std::uint32_t> assignment;
+  for (std::size_t l = 0; l < nlist; ++l) assignment.insert(assignment.end(), sizes[l], l);
+  std::shuffle(assignment.begin(), assignment.end(), rng);
+  return assignment;
+}
+
+class GpuIvfEdges : public ::testing::TestWithParam<std::tuple<Metric, std::size_t>> {};
+
+TEST_P(GpuIvfEdges, EveryListProbedEqualsBruteForce) {
+  GPUOPT_REQUIRE_GPU();
+  auto [metric, dim] = GetParam();
+  const std::size_t nlist = 24;
+  auto assignment = uneven_assignment(nlist, 3);
+  const std::size_t rows = assignment.size();
+  auto data = clustered(rows, dim, 12, 41);
+  auto norms = norms_of(data, dim);
+  const float slack = 8.0f * FLT_EPSILON * *std::max_element(norms.begin(), norms.end());
+  auto index = hand_made_index(data, dim, metric, assignment, nlist, 42);
+  auto gpu = detail::GpuIvfLists::create(index, 0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  detail::RowBlock all{data.data(), norms.data(), rows, 0, nullptr};
+  auto queries = clustered(1000, dim, 12, 41);
+  std::vector<std::uint64_t> mask((rows + 63) / 64, ~std::uint64_t{0});
+  std::mt19937_64 rng(9);
+  for (auto& word : mask) word &= rng() | rng();
+  if (rows % 64 != 0) mask.back() &= (std::uint64_t{1} << (rows % 64)) - 1;
+  for (std::size_t batch : {std::size_t{1}, std::size_t{1000}}) {
+    for (std::size_t k : {std::size_t{1}, std::size_t{10}, std::size_t{128}}) {
+      // nprobe = nlist, and one above the list count (clamped to it); 21 lists hold rows.
+      for (std::size_t nprobe : {nlist, std::size_t{500}}) {
+        for (bool masked : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "batch " << batch << " k " << k << " nprobe "
+                                            << nprobe << " masked " << masked);
+          const detail::AllowMask* allow = masked ? &mask : nullptr;
+          auto brute =
+              detail::exact_scan({&all, 1}, dim, metric, queries.data(), batch, k, allow, 0);
+          auto found = (*gpu)->search(queries.data(), batch, k, nprobe,
+                                      masked ? mask.data() : nullptr, masked ? mask.size() : 0);
+          ASSERT_TRUE(found.ok()) << found.status().to_string();
+          expect_same_hits(*found, brute, k, slack);
+          for (std::size_t q = 0; q < batch; ++q) {
+            std::set<std::uint64_t> seen;
+            for (std::size_t i = 0; i < k; ++i) {
+              auto position = found->positions[q * k + i];
+              if (position == ~std::uint64_t{0}) continue;
+              EXPECT_TRUE(seen.insert(position).second) << "query " << q << " repeats " << position;
+              if (masked) EXPECT_TRUE((mask[position / 64] >> (position % 64)) & 1u) << position;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(GpuIvfEdges, SomeListsProbedEqualsTheCpuIvf) {
+  GPUOPT_REQUIRE_GPU();
+  auto [metric, dim] = GetParam();
+  const std::size_t nlist = 24;
+  auto assignment = uneven_assignment(nlist, 5);
+  const std::size_t rows = assignment.size();
+  auto data = clustered(rows, dim, 12, 51);
+  auto norms = norms_of(data, dim);
+  const float slack = 8.0f * FLT_EPSILON * *std::max_element(norms.begin(), norms.end());
+  auto index = hand_made_index(data, dim, metric, assignment, nlist, 52);
+  auto gpu = detail::GpuIvfLists::create(index, 0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  // Queries near the centroids, so that the probes differ between queries and the busiest lists
+  // are shared by more queries than one tile holds.
+  std::vector<float> queries(1000 * dim);
+  std::mt19937_64 rng(53);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const auto& centroids = index.centroids();
+  for (std::size_t q = 0; q < 1000; ++q) {
+    const std::size_t c = q % 5 == 0 ? 0 : rng() % nlist;
+    for (std::size_t t = 0; t < dim; ++t) {
+      queries[q * dim + t] = centroids[c * dim + t] + normal(rng);
+    }
+  }
+  for (std::size_t batch : {std::size_t{1}, std::size_t{1000}}) {
+    for (std::size_t nprobe : {std::size_t{1}, std::size_t{3}}) {
+      SCOPED_TRACE(::testing::Message() << "batch " << batch << " nprobe " << nprobe);
+      auto cpu = index.search(queries.data(), batch, 10, nprobe, nullptr, 0);
+      auto found = (*gpu)->search(queries.data(), batch, 10, nprobe, nullptr, 0);
+      ASSERT_TRUE(found.ok()) << found.status().to_string();
+      expect_same_hits(*found, cpu, 10, slack);
+    }
+  }
+}
+
+// dim 37 takes the scalar row loads, 64 and 784 the 16-byte ones; 784 holds 8 queries a tile.
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuIvfEdges,
+                         ::testing::Values(std::make_tuple(Metric::kL2, std::size_t{37}),
+                                           std::make_tuple(Metric::kCosine, std::size_t{64}),
+                                           std::make_tuple(Metric::kInnerProduct,
+                                                           std::size_t{784})));
+
+// Equal distances are ordered by position: among identical rows the lowest allowed positions come
+// back, whichever list and row chunk holds them.
+TEST(GpuIvfTies, EqualDistancesKeepTheLowestPositions) {
+  GPUOPT_REQUIRE_GPU();
+  const std::size_t dim = 16, nlist = 4, rows = 3000;
+  std::vector<float> data(rows * dim);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t t = 0; t < dim; ++t) data[r * dim + t] = float(t % 3);  // all rows alike
+  }
+  // Lists 0 and 2 take alternate runs of rows, from the end first, so that neither list order
+  // nor chunk order follows position order; lists 1 and 3 stay empty.
+  std::vector<std::uint32_t> assignment(rows);
+  for (std::size_t r = 0; r < rows; ++r) assignment[r] = (r / 7) % 2 == 0 ? 0 : 2;
+  auto norms = norms_of(data, dim);
+  auto index =
+      detail::IvfFlat::with_centroids(std::vector<float>(nlist * dim, 0.0f), dim, Metric::kL2);
+  for (std::size_t i = rows; i-- > 0;) {
+    index.append(assignment[i], data.data() + i * dim, norms[i], i);
+  }
+  auto gpu = detail::GpuIvfLists::create(index, 0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  std::vector<float> query(dim, 0.5f);
+  std::vector<std::uint64_t> mask((rows + 63) / 64, ~std::uint64_t{0});
+  for (std::size_t r = 0; r < 40; r += 3) mask[r / 64] &= ~(std::uint64_t{1} << (r % 64));
+  for (bool masked : {false, true}) {
+    const std::size_t k = 20;
+    auto found = (*gpu)->search(query.data(), 1, k, nlist, masked ? mask.data() : nullptr,
+                                masked ? mask.size() : 0);
+    ASSERT_TRUE(found.ok()) << found.status().to_string();
+    std::vector<std::uint64_t> expected;
+    for (std::uint64_t r = 0; expected.size() < k; ++r) {
+      if (!masked || ((mask[r / 64] >> (r % 64)) & 1u)) expected.push_back(r);
+    }
+    const float distance = detail::direct_distance(Metric::kL2, query.data(), data.data(), dim);
+    for (std::size_t i = 0; i < k; ++i) {
+      EXPECT_EQ(found->positions[i], expected[i]) << "rank " << i << " masked " << masked;
+      EXPECT_NEAR(found->distances[i], distance, 1e-4f * distance);
+    }
+  }
+}
+
 TEST(GpuIvfCollection, SavedIndexAnswersAlikeOnBothEngines) {
   GPUOPT_REQUIRE_GPU();
   const std::size_t dim = 48, rows = 6000;
