@@ -15,6 +15,7 @@
 #include "gpuopt/kernels/w4a16.hpp"
 #include "gpuopt/pipeline/llm.hpp"
 #include "gpuopt/runtime/device_buffer.hpp"
+#include "pipeline/llm_argmax.hpp"
 #include "pipeline/llm_gemv.hpp"
 #include "pipeline/llm_pdl.cuh"
 #include "pipeline/llm_prefill.hpp"
@@ -23,7 +24,7 @@
 namespace gpuopt::pipeline {
 namespace {
 
-constexpr int kRowThreads = 256;  // one block per request row for norms, embeddings, argmax
+constexpr int kRowThreads = 256;  // one block per request row for norms and embeddings
 
 // ---- weight generation (the same hash as the CPU twin: llm_weights.hpp) ----
 
@@ -496,48 +497,6 @@ __global__ void k_llm_pool(const float* residual, const float* ssq, int ssq_stri
   if (b == 0 && threadIdx.x == 0) state->position += 1;
 }
 
-// Greedy choice: the largest logit, the lowest index on ties, written as the token of the next
-// position (tokens[b][state.position], the position already advanced by k_llm_pool) when that is
-// inside the context. Logits copied to debug[b * debug_stride ...] as fp32 when debug is not null.
-__global__ void k_llm_argmax(const __half* logits, int vocab, std::int32_t* tokens, int max_context,
-                             const StepState* state, float* debug, std::size_t debug_stride) {
-  pdl_trigger();
-  pdl_wait();
-  __shared__ float best_value[kRowThreads];
-  __shared__ int best_index[kRowThreads];
-  const int b = blockIdx.x;
-  const __half* row = logits + static_cast<std::size_t>(b) * vocab;
-  float value = -INFINITY;
-  int index = vocab;  // larger than any real index: loses every tie
-  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
-    const float x = __half2float(row[v]);
-    if (x > value) {  // strict: within a thread the indices rise, so the first stays
-      value = x;
-      index = v;
-    }
-    if (debug != nullptr) debug[b * debug_stride + v] = x;
-  }
-  best_value[threadIdx.x] = value;
-  best_index[threadIdx.x] = index;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s) {
-      const float ov = best_value[threadIdx.x + s];
-      const int oi = best_index[threadIdx.x + s];
-      if (ov > best_value[threadIdx.x] ||
-          (ov == best_value[threadIdx.x] && oi < best_index[threadIdx.x])) {
-        best_value[threadIdx.x] = ov;
-        best_index[threadIdx.x] = oi;
-      }
-    }
-    __syncthreads();
-  }
-  const int column = state->position;
-  if (threadIdx.x == 0 && column < max_context) {
-    tokens[static_cast<std::size_t>(b) * max_context + column] = min(best_index[0], vocab - 1);
-  }
-}
-
 // embedding[b] = normalise((pooled[b] / steps) @ projection), projection [hidden][embed_dim].
 __global__ void k_llm_embedding(const float* pooled, int steps, const float* projection, int hidden,
                                 int embed_dim, float* embedding) {
@@ -770,6 +729,9 @@ class CudaLlmDecoder final : public LlmDecoder {
     GPUOPT_RETURN_IF_ERROR(allocate(logits_, rows * c.vocab));
     GPUOPT_RETURN_IF_ERROR(allocate(tokens_, rows * c.max_context));
     GPUOPT_RETURN_IF_ERROR(allocate(state_, 1));
+    GPUOPT_RETURN_IF_ERROR(allocate(argmax_slots_, rows));
+    GPUOPT_CUDA_TRY(
+        cudaMemsetAsync(argmax_slots_, 0, rows * sizeof(llm_detail::ArgmaxSlot), stream));
     GPUOPT_CUDA_TRY(cudaMemsetAsync(tokens_, 0, rows * c.max_context * sizeof(int), stream));
     GPUOPT_CUDA_TRY(cudaMemsetAsync(state_, 0, sizeof(StepState), stream));
 
@@ -1160,9 +1122,17 @@ class CudaLlmDecoder final : public LlmDecoder {
     a.y = logits_;
     GPUOPT_RETURN_IF_ERROR(llm_detail::launch_gemv(llm_detail::GemvInput::kNormed,
                                                    llm_detail::GemvOutput::kHalf, a, pdl, stream));
-    return llm_detail::launch_kernel(k_llm_argmax, dim3(batch), dim3(kRowThreads), 0, stream, pdl,
-                                     logits_, c.vocab, tokens_, c.max_context, state_, debug_logits,
-                                     debug_stride);
+    llm_detail::ArgmaxArgs choice;
+    choice.logits = logits_;
+    choice.rows = batch;
+    choice.vocab = c.vocab;
+    choice.tokens = tokens_;
+    choice.max_context = c.max_context;
+    choice.position = &state_->position;  // already advanced by k_llm_pool
+    choice.debug = debug_logits;
+    choice.debug_stride = debug_stride;
+    choice.slots = argmax_slots_;
+    return llm_detail::launch_argmax(choice, pdl, stream);
   }
 
   // One step: the captured graph for (batch, choose), captured on first use.
@@ -1207,7 +1177,8 @@ class CudaLlmDecoder final : public LlmDecoder {
   __half* logits_ = nullptr;     // [max_batch][vocab]
   std::int32_t* tokens_ = nullptr;  // [max_batch][max_context]: prompt, then the chosen tokens
   StepState* state_ = nullptr;
-  std::int32_t* block_table_ = nullptr;  // [max_batch][blocks_per_request]
+  llm_detail::ArgmaxSlot* argmax_slots_ = nullptr;  // [max_batch], zero between steps
+  std::int32_t* block_table_ = nullptr;             // [max_batch][blocks_per_request]
   int blocks_per_request_ = 0;
   std::size_t cache_layer_ = 0;  // elements of one layer's K (or V) cache
   __half* k_cache_ = nullptr;    // [layer][block][kv_head][block_tokens][head_dim]
