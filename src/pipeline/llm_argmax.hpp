@@ -1,6 +1,6 @@
 // LLM stage: the greedy choice over rows of fp16 logits, each row split over many blocks that
 // meet in one 64-bit key per row; the row's last block writes the token. Host-compilable, so the
-// GPU tests can drive it with planted logits. docs/llm.md, "Decode step".
+// GPU tests can drive it with planted logits. docs/llm.md, "One step".
 #pragma once
 
 #include <cstddef>
