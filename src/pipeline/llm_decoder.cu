@@ -224,10 +224,9 @@ __global__ void __launch_bounds__(kDecodeAttentionThreads)
     v_new[i] = __half2float(v);
     if (writer) v_cache[at + i] = v;
   }
-  for (int t = threadIdx.x; t < position; t += threads) {
-    rows[t] = static_cast<int>(
-        cache_offset(block_table, blocks_per_request, block_tokens, kv_heads, head_dim, b, kvh, t) /
-        head_dim);
+  for (int t = threadIdx.x; t < position; t += threads) {  // cache_offset / head_dim, in int
+    const int block = block_table[b * blocks_per_request + t / block_tokens];
+    rows[t] = (block * kv_heads + kvh) * block_tokens + t % block_tokens;
   }
   __syncthreads();
 
