@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# gpu-check: the LLM stage's decoder (docs/llm.md): the decode GEMM and decoder correctness tests,
-# then the 1B- and 8B-shaped models end to end with one decode step timed at batch 1 and 16 and its
-# fraction of the HBM roofline, as printed by the GPU tests (no gpuopt CLI needed). Optionally a
-# torch fp16 decode step of the same shape in a CUDA graph (bench/python/llm_torch_anchor.py) as the
-# same-run anchor.
+# gpu-check: the LLM stage's decoder (docs/llm.md): the decode GEMM, argmax and decoder correctness
+# tests, then the 1B- and 8B-shaped models end to end with one decode step timed at batch 1 and 16
+# and its fraction of the HBM roofline, as printed by the GPU tests (no gpuopt CLI needed).
+# Optionally a torch fp16 decode step of the same shape in a CUDA graph
+# (bench/python/llm_torch_anchor.py) as the same-run anchor.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-$PWD/out/gpu-check}"
 mkdir -p "$out"
 binary="${GPUOPT_BIN:-$PWD/build-gpu/tests}/gpu_pipeline"
 
-"$binary" --gtest_filter='LlmGpu.*' >"$out/llm.log" 2>&1
+"$binary" --gtest_filter='LlmGpu.*:LlmArgmaxGpu.*' >"$out/llm.log" 2>&1
 rc=$?
 anchor_rc=0
 if [ -f bench/python/llm_torch_anchor.py ]; then

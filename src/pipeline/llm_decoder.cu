@@ -15,6 +15,7 @@
 #include "gpuopt/kernels/w4a16.hpp"
 #include "gpuopt/pipeline/llm.hpp"
 #include "gpuopt/runtime/device_buffer.hpp"
+#include "pipeline/llm_argmax.hpp"
 #include "pipeline/llm_gemv.hpp"
 #include "pipeline/llm_pdl.cuh"
 #include "pipeline/llm_prefill.hpp"
@@ -23,7 +24,7 @@
 namespace gpuopt::pipeline {
 namespace {
 
-constexpr int kRowThreads = 256;  // one block per request row for norms, embeddings, argmax
+constexpr int kRowThreads = 256;  // one block per request row for norms and embeddings
 
 // ---- weight generation (the same hash as the CPU twin: llm_weights.hpp) ----
 
@@ -147,88 +148,162 @@ __device__ __forceinline__ std::size_t cache_offset(const std::int32_t* block_ta
          head_dim;
 }
 
+// Threads of k_llm_attention (a multiple of 32): enough that a context of tens of positions takes
+// one round of dot products and a few positions per thread in the weighted sum of v.
+constexpr int kDecodeAttentionThreads = 256;
+
+// Shared memory of k_llm_attention for `threads` threads: q, k_new, v_new [head_dim], the partial
+// sums [max(head_dim, 2 threads)], scores and cache rows [max_context].
+std::size_t decode_attention_shared(int head_dim, int max_context, int threads) {
+  return (3 * static_cast<std::size_t>(head_dim) + std::max(head_dim, 2 * threads) +
+          2 * static_cast<std::size_t>(max_context)) *
+         sizeof(float);
+}
+
 // One block per (query head, request): RoPE (rotate-half pairs) on this head's q and its KV
 // head's new k at `position`, the new k (fp16) and v written into the paged cache by the group's
 // first head, then fp32 softmax(q·k / sqrt(head_dim)) · v over positions [0, position]. The new
-// position's k and v are taken from registers (the same fp16 values the cache gets). Dot products
-// are split over a warp's lanes, the max and the sum over the block, each in a fixed order, and
-// the output sums positions in order, so the result does not depend on the block size.
-__global__ void k_llm_attention(const __half* qkv, const float* cos_table, const float* sin_table,
-                                const StepState* state, __half* k_cache, __half* v_cache,
-                                const std::int32_t* block_table, int blocks_per_request,
-                                int block_tokens, int heads, int kv_heads, int head_dim,
-                                __half* out) {
+// position's k and v are taken from shared memory (the same fp16 values the cache gets), so no
+// block waits on another. Three barriers; the reduction orders are fixed by head_dim and the block
+// size alone, never by the batch, the request or the cache's block size:
+// - scores: G lanes per position (G the power of two with G * 4 >= head_dim / 2, at most 32), lane
+//   j adding the (x, y) products of half2 pairs j, j + G, j + 2G, j + 3G in that order, then a
+//   butterfly over the G lanes; every group's k loads are issued before any is used;
+// - max and sum: every warp computes both itself (no barrier): lane l takes positions l, l + 32,
+//   ... in order, then a butterfly over the warp; so every warp has the same bits;
+// - output: thread (part, pair) sums positions part, part + parts, ... (parts = threads / pairs)
+//   for its half2 pair of v, and the parts' sums are added in part order.
+__global__ void __launch_bounds__(kDecodeAttentionThreads)
+    k_llm_attention(const __half* qkv, const float* cos_table, const float* sin_table,
+                    const StepState* state, __half* k_cache, __half* v_cache,
+                    const std::int32_t* block_table, int blocks_per_request, int block_tokens,
+                    int heads, int kv_heads, int head_dim, __half* out) {
   pdl_trigger();
   pdl_wait();
-  extern __shared__ float shared[];  // q, k, v [head_dim] each, scratch [blockDim], scores
-  float* q = shared;
-  float* k_new = q + head_dim;
-  float* v_new = k_new + head_dim;
-  float* scratch = v_new + head_dim;
-  float* scores = scratch + blockDim.x;
   const int head = blockIdx.x, b = blockIdx.y;
   const int group = heads / kv_heads;
   const int kvh = head / group;
   const int position = state->position;
-  const int half = head_dim / 2;
+  const int half = head_dim / 2;  // half2 pairs of a head
+  const int threads = blockDim.x;
+  // q (fp32, rotated), k_new (rotated, fp16-rounded), v_new [head_dim]; partial
+  // [max(head_dim, 2 threads)]; scores [position + 1]; rows [position] (int: cache row of each)
+  extern __shared__ float shared[];
+  float* q = shared;
+  float* k_new = q + head_dim;
+  float* v_new = k_new + head_dim;
+  float* partial = v_new + head_dim;
+  float* scores = partial + max(head_dim, 2 * threads);
+  int* rows = reinterpret_cast<int*>(scores + position + 1);
+
   const __half* row = qkv + static_cast<std::size_t>(b) * (heads + 2 * kv_heads) * head_dim;
   const float* cs = cos_table + static_cast<std::size_t>(position) * half;
   const float* sn = sin_table + static_cast<std::size_t>(position) * half;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+  const bool writer = head % group == 0;  // the group's first head writes the new k and v
+  const std::size_t at = writer ? cache_offset(block_table, blocks_per_request, block_tokens,
+                                               kv_heads, head_dim, b, kvh, position)
+                                : 0;
+  for (int i = threadIdx.x; i < half; i += threads) {
     const float qa = __half2float(row[head * head_dim + i]);
     const float qb = __half2float(row[head * head_dim + i + half]);
     q[i] = qa * cs[i] - qb * sn[i];
     q[i + half] = qb * cs[i] + qa * sn[i];
     const float ka = __half2float(row[(heads + kvh) * head_dim + i]);
     const float kb = __half2float(row[(heads + kvh) * head_dim + i + half]);
-    k_new[i] = __half2float(__float2half_rn(ka * cs[i] - kb * sn[i]));
-    k_new[i + half] = __half2float(__float2half_rn(kb * cs[i] + ka * sn[i]));
-  }
-  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-    v_new[i] = __half2float(row[(heads + kv_heads + kvh) * head_dim + i]);
-  }
-  __syncthreads();
-  if (head % group == 0) {
-    const std::size_t at = cache_offset(block_table, blocks_per_request, block_tokens, kv_heads,
-                                        head_dim, b, kvh, position);
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-      k_cache[at + i] = __float2half_rn(k_new[i]);
-      v_cache[at + i] = __float2half_rn(v_new[i]);
+    const __half k0 = __float2half_rn(ka * cs[i] - kb * sn[i]);
+    const __half k1 = __float2half_rn(kb * cs[i] + ka * sn[i]);
+    k_new[i] = __half2float(k0);
+    k_new[i + half] = __half2float(k1);
+    if (writer) {
+      k_cache[at + i] = k0;
+      k_cache[at + i + half] = k1;
     }
   }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int i = threadIdx.x; i < head_dim; i += threads) {
+    const __half v = row[(heads + kv_heads + kvh) * head_dim + i];
+    v_new[i] = __half2float(v);
+    if (writer) v_cache[at + i] = v;
+  }
+  for (int t = threadIdx.x; t < position; t += threads) {  // cache_offset / head_dim, in int
+    const int block = block_table[b * blocks_per_request + t / block_tokens];
+    rows[t] = (block * kv_heads + kvh) * block_tokens + t % block_tokens;
+  }
+  __syncthreads();
+
+  // Scores: group g of G lanes takes positions g, g + groups, ... (the bound is the same for
+  // every thread, so whole warps run each round and shuffle together).
+  int lanes = 1;  // G
+  while (lanes < 32 && lanes * 4 < half) lanes *= 2;
+  const int groups = threads / lanes;
+  const int g = threadIdx.x / lanes, j = threadIdx.x % lanes;
+  const float2* q2 = reinterpret_cast<const float2*>(q);
+  const float2* k_new2 = reinterpret_cast<const float2*>(k_new);
   const float scale = rsqrtf(static_cast<float>(head_dim));
-  for (int t = warp; t <= position; t += warps) {
-    float dot = 0.0f;
-    if (t == position) {
-      for (int i = lane; i < head_dim; i += 32) dot = __fmaf_rn(q[i], k_new[i], dot);
-    } else {
-      const __half* k = k_cache + cache_offset(block_table, blocks_per_request, block_tokens,
-                                               kv_heads, head_dim, b, kvh, t);
-      for (int i = lane; i < head_dim; i += 32) dot = __fmaf_rn(q[i], __half2float(k[i]), dot);
+  for (int first = 0; first <= position; first += groups) {
+    const int t = first + g;
+    float2 k[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int p = j + m * lanes;
+      k[m] = make_float2(0.0f, 0.0f);
+      if (t < position && p < half) {
+        k[m] = __half22float2(reinterpret_cast<const __half2*>(
+            k_cache + static_cast<std::size_t>(rows[t]) * head_dim)[p]);
+      } else if (t == position && p < half) {
+        k[m] = k_new2[p];
+      }
     }
-    dot = warp_sum_fixed(dot);
-    if (lane == 0) scores[t] = __fmul_rn(dot, scale);
+    float dot = 0.0f;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int p = j + m * lanes;
+      if (p < half) {
+        dot = __fmaf_rn(q2[p].x, k[m].x, dot);
+        dot = __fmaf_rn(q2[p].y, k[m].y, dot);
+      }
+    }
+    for (int offset = lanes / 2; offset > 0; offset /= 2) {
+      dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, offset));
+    }
+    if (t <= position && j == 0) scores[t] = __fmul_rn(dot, scale);
   }
   __syncthreads();
-  float local_max = -INFINITY;
-  for (int t = threadIdx.x; t <= position; t += blockDim.x) local_max = fmaxf(local_max, scores[t]);
-  const float max_score = block_reduce(local_max, scratch, 1);
-  float local_sum = 0.0f;
-  for (int t = threadIdx.x; t <= position; t += blockDim.x) {
-    const float e = expf(scores[t] - max_score);
-    scores[t] = e;
-    local_sum = __fadd_rn(local_sum, e);
+
+  // Max and sum of exp over the positions, by every warp alike.
+  const int lane = threadIdx.x % 32;
+  float max_score = -INFINITY;
+  for (int t = lane; t <= position; t += 32) max_score = fmaxf(max_score, scores[t]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    max_score = fmaxf(max_score, __shfl_xor_sync(0xffffffffu, max_score, offset));
   }
-  const float inv_total = 1.0f / block_reduce(local_sum, scratch, 0);  // its barriers order scores
-  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-    float acc = 0.0f;
-    for (int t = 0; t < position; ++t) {
-      const __half* v = v_cache + cache_offset(block_table, blocks_per_request, block_tokens,
-                                               kv_heads, head_dim, b, kvh, t);
-      acc = __fmaf_rn(scores[t], __half2float(v[i]), acc);
+  float sum = 0.0f;
+  for (int t = lane; t <= position; t += 32) sum = __fadd_rn(sum, expf(scores[t] - max_score));
+  const float inv_total = 1.0f / warp_sum_fixed(sum);
+
+  // Output: thread (part, pair p) sums positions part, part + parts, ... of v's pair p.
+  const int parts = max(1, threads / half);
+  const float2* v_new2 = reinterpret_cast<const float2*>(v_new);
+  for (int idx = threadIdx.x; idx < parts * half; idx += threads) {
+    const int part = idx / half, p = idx - part * half;
+    float2 acc = make_float2(0.0f, 0.0f);
+#pragma unroll 4
+    for (int t = part; t <= position; t += parts) {
+      const float e = expf(scores[t] - max_score);
+      const float2 v = t < position
+                           ? __half22float2(reinterpret_cast<const __half2*>(
+                                 v_cache + static_cast<std::size_t>(rows[t]) * head_dim)[p])
+                           : v_new2[p];
+      acc.x = __fmaf_rn(e, v.x, acc.x);
+      acc.y = __fmaf_rn(e, v.y, acc.y);
     }
-    acc = __fmaf_rn(scores[position], v_new[i], acc);
+    partial[part * head_dim + 2 * p] = acc.x;
+    partial[part * head_dim + 2 * p + 1] = acc.y;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < head_dim; i += threads) {
+    float acc = partial[i];
+    for (int part = 1; part < parts; ++part) acc = __fadd_rn(acc, partial[part * head_dim + i]);
     out[(static_cast<std::size_t>(b) * heads + head) * head_dim + i] =
         __float2half_rn(acc * inv_total);
   }
@@ -496,48 +571,6 @@ __global__ void k_llm_pool(const float* residual, const float* ssq, int ssq_stri
   if (b == 0 && threadIdx.x == 0) state->position += 1;
 }
 
-// Greedy choice: the largest logit, the lowest index on ties, written as the token of the next
-// position (tokens[b][state.position], the position already advanced by k_llm_pool) when that is
-// inside the context. Logits copied to debug[b * debug_stride ...] as fp32 when debug is not null.
-__global__ void k_llm_argmax(const __half* logits, int vocab, std::int32_t* tokens, int max_context,
-                             const StepState* state, float* debug, std::size_t debug_stride) {
-  pdl_trigger();
-  pdl_wait();
-  __shared__ float best_value[kRowThreads];
-  __shared__ int best_index[kRowThreads];
-  const int b = blockIdx.x;
-  const __half* row = logits + static_cast<std::size_t>(b) * vocab;
-  float value = -INFINITY;
-  int index = vocab;  // larger than any real index: loses every tie
-  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
-    const float x = __half2float(row[v]);
-    if (x > value) {  // strict: within a thread the indices rise, so the first stays
-      value = x;
-      index = v;
-    }
-    if (debug != nullptr) debug[b * debug_stride + v] = x;
-  }
-  best_value[threadIdx.x] = value;
-  best_index[threadIdx.x] = index;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s) {
-      const float ov = best_value[threadIdx.x + s];
-      const int oi = best_index[threadIdx.x + s];
-      if (ov > best_value[threadIdx.x] ||
-          (ov == best_value[threadIdx.x] && oi < best_index[threadIdx.x])) {
-        best_value[threadIdx.x] = ov;
-        best_index[threadIdx.x] = oi;
-      }
-    }
-    __syncthreads();
-  }
-  const int column = state->position;
-  if (threadIdx.x == 0 && column < max_context) {
-    tokens[static_cast<std::size_t>(b) * max_context + column] = min(best_index[0], vocab - 1);
-  }
-}
-
 // embedding[b] = normalise((pooled[b] / steps) @ projection), projection [hidden][embed_dim].
 __global__ void k_llm_embedding(const float* pooled, int steps, const float* projection, int hidden,
                                 int embed_dim, float* embedding) {
@@ -574,7 +607,7 @@ struct Matrix {
   int* counters = nullptr;  // plan.items, zero between runs
 };
 
-constexpr int kAttentionThreads = 128;
+constexpr int kPrefillAttentionThreads = 128;
 
 class CudaLlmDecoder final : public LlmDecoder {
  public:
@@ -770,6 +803,9 @@ class CudaLlmDecoder final : public LlmDecoder {
     GPUOPT_RETURN_IF_ERROR(allocate(logits_, rows * c.vocab));
     GPUOPT_RETURN_IF_ERROR(allocate(tokens_, rows * c.max_context));
     GPUOPT_RETURN_IF_ERROR(allocate(state_, 1));
+    GPUOPT_RETURN_IF_ERROR(allocate(argmax_slots_, rows));
+    GPUOPT_CUDA_TRY(
+        cudaMemsetAsync(argmax_slots_, 0, rows * sizeof(llm_detail::ArgmaxSlot), stream));
     GPUOPT_CUDA_TRY(cudaMemsetAsync(tokens_, 0, rows * c.max_context * sizeof(int), stream));
     GPUOPT_CUDA_TRY(cudaMemsetAsync(state_, 0, sizeof(StepState), stream));
 
@@ -828,9 +864,7 @@ class CudaLlmDecoder final : public LlmDecoder {
     // One partial-sum area for every GEMM: they run one after another, each after the previous
     // has finished (pdl_wait), and each leaves its counters zero.
     GPUOPT_RETURN_IF_ERROR(allocate(partials_, std::max<std::size_t>(partial_floats_, 1)));
-    attention_shared_ =
-        (3 * static_cast<std::size_t>(c.head_dim) + kAttentionThreads + c.max_context) *
-        sizeof(float);
+    attention_shared_ = decode_attention_shared(c.head_dim, c.max_context, kDecodeAttentionThreads);
     if (attention_shared_ > 48 * 1024) {
       GPUOPT_CUDA_TRY(cudaFuncSetAttribute(k_llm_attention,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -838,7 +872,7 @@ class CudaLlmDecoder final : public LlmDecoder {
     }
     if (info_.prefill) {
       prefill_attention_shared_ =
-          prefill_attention_shared(c.head_dim, c.max_context, kAttentionThreads);
+          prefill_attention_shared(c.head_dim, c.max_context, kPrefillAttentionThreads);
       if (prefill_attention_shared_ > 48 * 1024) {
         GPUOPT_CUDA_TRY(cudaFuncSetAttribute(k_llm_prefill_attention,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1015,7 +1049,7 @@ class CudaLlmDecoder final : public LlmDecoder {
           prefill_qkv_, prompt_len, rope_cos_, rope_sin_, k_cache, v_cache, block_table_,
           blocks_per_request_, info_.kv_block_tokens, c.heads, c.kv_heads, c.head_dim);
       GPUOPT_CUDA_TRY_LAUNCH();
-      k_llm_prefill_attention<<<dim3(row_blocks, c.heads), kAttentionThreads,
+      k_llm_prefill_attention<<<dim3(row_blocks, c.heads), kPrefillAttentionThreads,
                                 prefill_attention_shared_, stream>>>(
           prefill_qkv_, prompt_len, rope_cos_, rope_sin_, k_cache, v_cache, block_table_,
           blocks_per_request_, info_.kv_block_tokens, c.heads, c.kv_heads, c.head_dim,
@@ -1119,8 +1153,8 @@ class CudaLlmDecoder final : public LlmDecoder {
       GPUOPT_RETURN_IF_ERROR(
           llm_detail::launch_gemv(GemvInput::kNormed, GemvOutput::kHalf, a, pdl, stream));
       GPUOPT_RETURN_IF_ERROR(launch_kernel(
-          k_llm_attention, dim3(c.heads, batch), dim3(kAttentionThreads), attention_shared_, stream,
-          pdl, qkv_, rope_cos_, rope_sin_, state_, k_cache_ + l * cache_layer_,
+          k_llm_attention, dim3(c.heads, batch), dim3(kDecodeAttentionThreads), attention_shared_,
+          stream, pdl, qkv_, rope_cos_, rope_sin_, state_, k_cache_ + l * cache_layer_,
           v_cache_ + l * cache_layer_, block_table_, blocks_per_request_, info_.kv_block_tokens,
           c.heads, c.kv_heads, c.head_dim, attention_));
       a = gemv_args(o, batch);
@@ -1160,9 +1194,17 @@ class CudaLlmDecoder final : public LlmDecoder {
     a.y = logits_;
     GPUOPT_RETURN_IF_ERROR(llm_detail::launch_gemv(llm_detail::GemvInput::kNormed,
                                                    llm_detail::GemvOutput::kHalf, a, pdl, stream));
-    return llm_detail::launch_kernel(k_llm_argmax, dim3(batch), dim3(kRowThreads), 0, stream, pdl,
-                                     logits_, c.vocab, tokens_, c.max_context, state_, debug_logits,
-                                     debug_stride);
+    llm_detail::ArgmaxArgs choice;
+    choice.logits = logits_;
+    choice.rows = batch;
+    choice.vocab = c.vocab;
+    choice.tokens = tokens_;
+    choice.max_context = c.max_context;
+    choice.position = &state_->position;  // already advanced by k_llm_pool
+    choice.debug = debug_logits;
+    choice.debug_stride = debug_stride;
+    choice.slots = argmax_slots_;
+    return llm_detail::launch_argmax(choice, pdl, stream);
   }
 
   // One step: the captured graph for (batch, choose), captured on first use.
@@ -1207,7 +1249,8 @@ class CudaLlmDecoder final : public LlmDecoder {
   __half* logits_ = nullptr;     // [max_batch][vocab]
   std::int32_t* tokens_ = nullptr;  // [max_batch][max_context]: prompt, then the chosen tokens
   StepState* state_ = nullptr;
-  std::int32_t* block_table_ = nullptr;  // [max_batch][blocks_per_request]
+  llm_detail::ArgmaxSlot* argmax_slots_ = nullptr;  // [max_batch], zero between steps
+  std::int32_t* block_table_ = nullptr;             // [max_batch][blocks_per_request]
   int blocks_per_request_ = 0;
   std::size_t cache_layer_ = 0;  // elements of one layer's K (or V) cache
   __half* k_cache_ = nullptr;    // [layer][block][kv_head][block_tokens][head_dim]
