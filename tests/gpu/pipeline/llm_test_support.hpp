@@ -14,7 +14,9 @@
 
 namespace gpuopt::pipeline::llm_test {
 
-// A typed runtime::DeviceBuffer with checked synchronous upload, download and poisoning.
+// A typed runtime::DeviceBuffer with checked synchronous upload, download and poisoning. Upload and
+// poisoning run on the legacy default stream, which does not order work on the tests' non-blocking
+// streams: each waits for the device, so a kernel launched next never races them.
 template <typename T>
 struct TestBuffer {
   runtime::DeviceBuffer owned;
@@ -31,6 +33,7 @@ struct TestBuffer {
   void upload(const std::vector<T>& host) {
     ASSERT_EQ(cudaMemcpy(data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
               cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // a pageable copy may still be in flight
   }
   std::vector<T> download() const {
     std::vector<T> host(count);
@@ -38,7 +41,10 @@ struct TestBuffer {
               cudaSuccess);
     return host;
   }
-  void poison() { EXPECT_EQ(cudaMemset(data, 0xff, count * sizeof(T)), cudaSuccess); }  // -1 / NaN
+  void poison() {  // -1 / NaN
+    EXPECT_EQ(cudaMemset(data, 0xff, count * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // cudaMemset is asynchronous to the host
+  }
 };
 
 inline std::vector<std::int32_t> random_prompts(int batch, int prompt_len, int vocab,
