@@ -126,15 +126,18 @@ def test_auto_widens_the_window_when_the_consumer_waits_and_keeps_order_and_valu
 
 @pytest.mark.skipif(gpuopt._native.native is None, reason="the adaptive depth needs gpuopt._gpuopt")
 def test_widening_waits_less_than_the_same_loader_left_alone():
-    dataset = Scripted(200, sample_ms=1.0, slow_ms=250.0)
+    # A scaled-down bench/python/prefetch_bench.py bursty case: one batch in 9 holds a 200 ms
+    # sample, 4 workers at prefetch_factor 2, a 15 ms step. Left alone the DataLoader requests
+    # only 8 batches ahead and the stalls chain; widened, the workers stay ahead. The margin seen
+    # here is several times; half is asked, so a loaded machine does not fail it.
+    dataset = Scripted(300, sample_ms=1.0, slow_every=18, slow_ms=200.0)
     waits = {}
     for option in (False, "auto"):
-        prefetcher = gdata.prefetch(loader(dataset, workers=4), device="cpu", loader_ahead=option)
-        consume_slowly(prefetcher)
+        source = DataLoader(dataset, batch_size=2, num_workers=4, prefetch_factor=2)
+        prefetcher = gdata.prefetch(source, device="cpu", loader_ahead=option)
+        consume_slowly(prefetcher, step_s=0.015)
         waits[option] = prefetcher.stats()["consumer_wait_s"]
-    # Not a benchmark: only that the widening is not worse by a wide margin (timing on a shared
-    # machine), while its own cap rose (checked above).
-    assert waits["auto"] <= waits[False] * 1.25 + 0.2, waits
+    assert waits["auto"] < 0.5 * waits[False], waits
 
 
 def test_an_int_caps_the_window_and_false_leaves_the_loader_alone():
