@@ -9,7 +9,10 @@ worker count for every configuration:
 
 - torch-pf2 / torch-pf8: DataLoader(pin_memory=True, prefetch_factor=2 / 8), the batch moved with
   .cuda(non_blocking=True) on the consumer's stream (the documented recipe);
-- gpuopt: gpuopt.data.prefetch(DataLoader(prefetch_factor=2)) (adaptive depth);
+- gpuopt: gpuopt.data.prefetch(DataLoader(prefetch_factor=2)) (adaptive depth; loader_ahead
+  "auto" lets the DataLoader request more batches ahead as the depth grows: the cap it reached is
+  reported);
+- gpuopt-no-ahead (bursty only): the same with loader_ahead=False (the adaptive depth alone);
 - native (constant only): gpuopt.data.RecordFile over a file of the same samples, pread.
 
 The consumer runs --step-ms of GPU work per batch (torch.cuda._sleep on its stream, after reading
@@ -128,14 +131,25 @@ def loader_runs(args, cycles: int, scenario: str) -> list[dict]:
          True),
         ("gpuopt", lambda: gpuopt.data.prefetch(
             DataLoader(dataset, prefetch_factor=2, **common), device="cuda"), False),
+        ("gpuopt-no-ahead", lambda: gpuopt.data.prefetch(
+            DataLoader(dataset, prefetch_factor=2, **common), device="cuda", loader_ahead=False),
+         False),
     ):
+        if name == "gpuopt-no-ahead" and scenario != "bursty":
+            continue
         loader = make()
         result = consume(loader, cycles, args.batch_size, args.warmup, move)
         result.update(scenario=scenario, config=name)
-        if name == "gpuopt":
+        if name.startswith("gpuopt"):
             stats = loader.stats()
             result["max_depth_reached"] = stats["max_depth_reached"]
             result["depth_timeline"] = stats["depth_timeline"][-6:]
+            ahead = stats["loader_ahead"]
+            result["loader_ahead"] = {
+                "active": ahead["active"], "reason": ahead["reason"], "base": ahead.get("base"),
+                "cap": ahead.get("cap"), "extra_tasks": ahead.get("extra_tasks"),
+                "timeline": ahead.get("timeline", [])[-6:],
+            }
         runs.append(result)
         print(f"# {scenario} {name}: wait {result['wait_pct']:.2f}% "
               f"{result['batches_per_s']:.1f} batches/s", file=sys.stderr, flush=True)
@@ -257,8 +271,11 @@ def main() -> None:
         if gp and pf2:
             ratio = pf2["wait_pct"] / max(gp["wait_pct"], 1e-9)
             speed = gp["batches_per_s"] / pf2["batches_per_s"]
-            line += (f"; gpuopt max depth {gp['max_depth_reached']}, wait {ratio:.1f}x less than "
-                     f"pf2, rate {speed:.2f}x of pf2")
+            ahead = gp["loader_ahead"]
+            cap = (f"loader-ahead cap {ahead['cap']} (loader's own {ahead['base']})"
+                   if ahead["active"] else f"loader-ahead inactive: {ahead['reason']}")
+            line += (f"; gpuopt max depth {gp['max_depth_reached']}, {cap}, wait {ratio:.1f}x "
+                     f"less than pf2, rate {speed:.2f}x of pf2")
         print(line)
     if "h2d" in doc:
         h = doc["h2d"]

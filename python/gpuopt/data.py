@@ -25,6 +25,9 @@ import atexit
 import collections
 import itertools
 import json
+import math
+import os
+import sys
 import threading
 import time
 import weakref
@@ -43,6 +46,8 @@ _DEFAULT_CPU_BUDGET = 2 << 30
 _MAX_DEFAULT_GPU_BUDGET = 8 << 30
 _JOIN_TIMEOUT_S = 2.0
 _POLL_S = 0.25
+_SHM_PATH = "/dev/shm"
+_SHM_SHARE = 0.5  # of the free /dev/shm space that extra outstanding batches may take
 
 
 class _Failure:
@@ -143,6 +148,191 @@ def _shared_stager(device: int, pinned_budget: int, chunk_bytes: int, copy_threa
         return stager
 
 
+def _loader_ahead_option(value: Any) -> Any:
+    """"auto" (or True), False, or an int >= 1 (the most batches the DataLoader may request)."""
+    if value is True or value == "auto":
+        return "auto"
+    if value is False:
+        return False
+    if isinstance(value, int) and value >= 1:
+        return value
+    raise InvalidArgumentError(
+        f"prefetch: loader_ahead {value!r}: expected 'auto', False or an int >= 1 (the most "
+        f"batches torch's DataLoader may request ahead)"
+    )
+
+
+def _shm_free_bytes(path: str) -> int | None:
+    """Free bytes of the file system that holds the DataLoader workers' shared memory."""
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return None
+    return info.f_bavail * info.f_frsize
+
+
+class _LoaderAhead:
+    """Lets torch's multi-process DataLoader iterator request more batches ahead than its
+    ``prefetch_factor x num_workers`` while the depth controller grows the prefetch depth.
+
+    The DataLoader yields batches in order and sends one new index task per batch it yields, so
+    at most ``prefetch_factor x num_workers`` batches are requested (sent to a worker, not yet
+    yielded). When one batch stalls, the producer thread waits in ``next()`` for it, nothing new
+    is requested, and the other workers go idle after their few tasks: a deeper prefetch queue
+    cannot fill, since nothing arrives to fill it. Widening the iterator's window (its
+    ``_prefetch_factor``, and ``_try_put_index()``, which torch calls once per yielded batch)
+    keeps the workers busy during a stall; torch keeps the wider window by itself afterwards.
+
+    These are torch's private attributes: used only after a capability check, only from the
+    producer thread (the one that calls ``next()`` on the iterator, which is not thread-safe),
+    only on the pass's own iterator (never the DataLoader object), and the window only widens.
+    """
+
+    _FIELDS = (
+        ("_prefetch_factor", int),
+        ("_num_workers", int),
+        ("_tasks_outstanding", int),
+        ("_send_idx", int),
+        ("_rcvd_idx", int),
+        ("_shutdown", bool),
+    )
+
+    def __init__(self, iterator: Any, option: Any, budget: int, shm_path: str = _SHM_PATH):
+        self.option = option
+        self.budget = budget
+        self.shm_path = shm_path
+        self.iterator: Any = None
+        self.reason = self._check(iterator)
+        self.active = self.reason == ""
+        self.workers = 0
+        self.base = 0
+        self.cap = 0
+        self.original_factor = 0
+        self.set_factor = 0
+        self.extra_tasks = 0
+        self.limit = ""
+        if self.active:
+            self.iterator = iterator
+            self.workers = iterator._num_workers
+            self.original_factor = iterator._prefetch_factor
+            self.base = self.original_factor * self.workers
+            self.cap = self.base
+            self.reason = (
+                f"torch DataLoader iterator with {self.workers} workers, prefetch_factor "
+                f"{self.original_factor}"
+            )
+
+    def _check(self, iterator: Any) -> str:
+        """Why the iterator cannot be widened, or "" when it can."""
+        if self.option is False:
+            return "disabled (loader_ahead=False)"
+        module = sys.modules.get("torch.utils.data.dataloader")
+        name = type(iterator).__name__
+        base = getattr(module, "_BaseDataLoaderIter", None) if module is not None else None
+        if base is None or not isinstance(iterator, base):
+            return f"the source's iterator ({name}) is not a torch DataLoader's"
+        single = getattr(module, "_SingleProcessDataLoaderIter", None)
+        if single is not None and isinstance(iterator, single):
+            return "a DataLoader with num_workers=0 has no worker processes to run ahead"
+        multi = getattr(module, "_MultiProcessingDataLoaderIter", None)
+        if multi is None or not isinstance(iterator, multi):
+            return f"this DataLoader's iterator ({name}) is not torch's multi-process one"
+        wrong = [
+            field
+            for field, kind in self._FIELDS
+            if type(getattr(iterator, field, None)) is not kind
+        ]
+        if not callable(getattr(iterator, "_try_put_index", None)):
+            wrong.append("_try_put_index()")
+        if wrong:
+            version = getattr(sys.modules.get("torch"), "__version__", "?")
+            return (
+                f"this torch ({version}) DataLoader iterator lacks the expected {', '.join(wrong)}:"
+                f" left as it is"
+            )
+        kinds = getattr(module, "_DatasetKind", None)
+        if kinds is None or getattr(iterator, "_dataset_kind", None) != getattr(kinds, "Map", 0):
+            return (
+                "an iterable-style dataset: a task sent ahead may go to a worker whose iterator "
+                "has ended, and the order of the workers' batches could change"
+            )
+        if iterator._num_workers < 1 or iterator._prefetch_factor < 1:
+            return "the iterator has no workers or no prefetch_factor"
+        if iterator._shutdown:
+            return "the iterator has already shut its workers down"
+        return ""
+
+    def target(self, depth: int, largest_batch: int) -> tuple[int, str]:
+        """The outstanding-batch cap wanted for `depth`, within the limits, and what bounds it."""
+        # One batch in progress per worker and three depths' worth behind the in-order head: when
+        # the head stalls, the other workers fill them, so the queue refills at once when it
+        # clears and the workers are still ahead while it drains. Below three depths the ramp is
+        # slower (docs/data-loader.md). Depth 2 is where the adaptive depth starts: until it
+        # grew (the consumer waited), the loader's own window stands.
+        want = self.base if depth <= 2 else max(self.base, 3 * depth + self.workers)
+        bound = f"3 x depth {depth} + {self.workers} workers"
+        if isinstance(self.option, int) and self.option < want:
+            want, bound = self.option, f"loader_ahead={self.option}"
+        if largest_batch > 0:
+            # The requested batches sit beside the prefetched queue and the two batches in use.
+            memory = self.budget // largest_batch - depth - 2
+            if memory < want:
+                want, bound = memory, f"memory_budget {self.budget} B"
+            free = _shm_free_bytes(self.shm_path)
+            if free is not None:
+                # Worker batches travel through shared memory: the batches requested beyond the
+                # present window may take a share of its free space, never all of it.
+                window = self.iterator._send_idx - self.iterator._rcvd_idx
+                shm = window + int(free * _SHM_SHARE) // largest_batch
+                if shm < want:
+                    want, bound = shm, f"{self.shm_path} free {free} B"
+        return want, bound
+
+    def advance(self, depth: int, largest_batch: int) -> str | None:
+        """On the producer thread, before next(): widens the window when the depth calls for it
+        and sends index tasks until it is full; the reason when the cap grew."""
+        iterator = self.iterator
+        if not self.active or iterator is None or iterator._shutdown:
+            return None
+        grown = None
+        if largest_batch > 0:
+            want, bound = self.target(depth, largest_batch)
+            if want > self.cap:
+                grown = (
+                    f"grow: {want} batches requested ahead ({bound}; the loader's own {self.base})"
+                )
+                self.cap = want
+                factor = max(iterator._prefetch_factor, math.ceil(want / self.workers))
+                # torch's _try_put_index() asserts _tasks_outstanding < factor x workers; the
+                # tasks in flight never exceed the window, so the cap fits under it.
+                iterator._prefetch_factor = factor
+                self.set_factor = factor
+        try:
+            while (
+                iterator._send_idx - iterator._rcvd_idx < self.cap
+                and iterator._tasks_outstanding < iterator._prefetch_factor * self.workers
+            ):
+                sent = iterator._send_idx
+                iterator._try_put_index()
+                if iterator._send_idx == sent:  # the sampler is done, or no worker takes more
+                    break
+                self.extra_tasks += 1
+        except Exception as error:  # torch changed underneath: stop touching it
+            self.active = False
+            self.reason = f"stopped: _try_put_index() raised {type(error).__name__}: {error}"
+            self.iterator = None
+        return grown
+
+    def finish(self) -> None:
+        """On the producer thread at the end of the pass: gives a persistent-workers iterator its
+        own prefetch_factor back for its next epoch (unless someone else changed it since)."""
+        iterator, self.iterator = self.iterator, None
+        if iterator is None or not self.set_factor:
+            return
+        if iterator._prefetch_factor == self.set_factor:
+            iterator._prefetch_factor = self.original_factor
+
+
 _stagers: dict[tuple, Any] = {}
 _stagers_lock = threading.Lock()
 _live_passes: "weakref.WeakSet[_Pass]" = weakref.WeakSet()
@@ -183,6 +373,14 @@ class _Pass:
         self.window_wait_s = 0.0
         self.window_batches = 0
         self.pending_sources: collections.deque = collections.deque()
+        self.ahead = _LoaderAhead(iterator, owner._loader_ahead, self.budget)
+        self.ahead_timeline: list[dict[str, Any]] = []
+        if self.ahead.active:
+            self.ahead_timeline.append(
+                {"time_s": 0.0, "batch": 0, "cap": self.ahead.cap,
+                 "reason": f"initial: the loader's prefetch_factor {self.ahead.original_factor} x "
+                 f"{self.ahead.workers} workers"}
+            )
         self.thread = threading.Thread(
             target=self._run, name="gpuopt.data.prefetch", daemon=True
         )
@@ -235,6 +433,9 @@ class _Pass:
                         self.cv.wait()
                     if self.stopping:
                         return
+                    depth, largest = self._depth_now(), self.largest_batch
+                if self.ahead.active:
+                    self._run_ahead(depth, largest)
                 began = time.perf_counter()
                 try:
                     item = next(iterator)
@@ -246,12 +447,24 @@ class _Pass:
         except BaseException as error:  # the source's own exception, re-raised by the consumer
             self._put(_Failure(error), 0.0)
         finally:
+            self.ahead.finish()
             # Dropping the source iterator here ends it (a DataLoader shuts its workers down).
             self.iterator = None
             del iterator
             with self.cv:
                 self.finished = True
                 self.cv.notify_all()
+
+    def _run_ahead(self, depth: int, largest: int) -> None:
+        """Lets the DataLoader request more batches when the depth grew (producer thread)."""
+        reason = self.ahead.advance(depth, largest)
+        if reason is not None:
+            with self.cv:
+                now = time.perf_counter()
+                self.ahead_timeline.append(
+                    {"time_s": now - (self.started_at or now), "batch": self.consumed,
+                     "cap": self.ahead.cap, "reason": reason}
+                )
 
     def _put(self, entry: Any, busy_s: float) -> None:
         with self.cv:
@@ -444,6 +657,15 @@ class _Pass:
                     self.produced / self.busy_s if self.busy_s > 0 else None
                 ),
             }
+            ahead = self.ahead
+            result["loader_ahead"] = {"active": ahead.active, "reason": ahead.reason}
+            if ahead.base:
+                result["loader_ahead"].update(
+                    base=ahead.base,
+                    cap=ahead.cap,
+                    extra_tasks=ahead.extra_tasks,
+                    timeline=list(self.ahead_timeline),
+                )
         if self.stager is not None:
             result["staging"] = self.stager.stats()
         return result
@@ -480,6 +702,7 @@ class Prefetcher:
         pinned_budget: int = 64 << 20,
         chunk_bytes: int = 8 << 20,
         copy_threads: int = 4,
+        loader_ahead: Any = "auto",
     ) -> None:
         if not isinstance(iterable, Iterable):
             raise InvalidArgumentError(
@@ -492,6 +715,7 @@ class Prefetcher:
         if memory_budget is not None and memory_budget <= 0:
             raise InvalidArgumentError(f"prefetch: memory_budget {memory_budget} must be > 0")
         self._source = iterable
+        self._loader_ahead = _loader_ahead_option(loader_ahead)
         self._kind, self._device = _resolve_device(device)
         self._depth = depth
         self._max_depth = max(max_depth, depth or 1)
@@ -524,14 +748,18 @@ class Prefetcher:
 
     def __iter__(self) -> "_PrefetchIterator":
         if self._last is not None:
-            self._last.stop(0.0)  # one pass at a time, as a DataLoader without persistent workers
+            # One pass at a time. The bounded join lets the old producer leave the source's
+            # iterator first: a DataLoader with persistent workers hands the same one out again.
+            self._last.stop(_JOIN_TIMEOUT_S)
         state = _Pass(self, iter(self._source))
         self._last = state
         return _PrefetchIterator(state)
 
     def stats(self) -> dict[str, Any]:
         """The last pass: wall_s, consumer_wait_s, wait_fraction, batches, depth and its timeline,
-        memory budget, producer capacity and (GPU) the staging engine's copy figures."""
+        memory budget, producer capacity, loader_ahead (active and why, the DataLoader's own
+        window as base, the cap of batches requested ahead and its timeline, extra_tasks sent)
+        and (GPU) the staging engine's copy figures."""
         return self._last.stats() if self._last is not None else {}
 
     def close(self) -> None:
@@ -599,6 +827,7 @@ def prefetch(
     depth: int | None = None,
     memory_budget: int | None = None,
     non_blocking: bool = True,
+    loader_ahead: Any = "auto",
     **options: Any,
 ) -> Prefetcher:
     """Yields the batches of `iterable` on `device`, prepared ahead on a background thread.
@@ -610,6 +839,18 @@ def prefetch(
     of batches. ``memory_budget``: bytes the prefetched batches may occupy (device memory; host
     memory on the CPU path); default half the free device memory, at most 8 GiB (2 GiB on the
     CPU). ``non_blocking=False`` makes each handed-out batch complete on the host too.
+
+    ``loader_ahead`` (keyword; "auto" by default): over torch's ``DataLoader`` with worker
+    processes and a map-style dataset, the DataLoader yields batches in order and requests only
+    ``prefetch_factor x num_workers`` ahead, so a batch that stalls idles the other workers and
+    nothing arrives for a deeper queue. With "auto", once the adaptive depth has grown past 2 the
+    pass's DataLoader iterator (never the DataLoader object) may request up to
+    ``3 x depth + num_workers`` batches ahead, never fewer than its own window, within the
+    memory budget (beside the prefetched batches), the batches it adds taking at most half the
+    free space of /dev/shm (where worker batches travel); order and contents stay the same. An
+    int caps the batches requested ahead; False leaves the DataLoader as it is.
+    ``stats()["loader_ahead"]`` says whether it applied (and why not), and the cap over time.
+
     Advanced ``options``: max_depth, window_batches, pinned_budget, chunk_bytes, copy_threads.
     """
     return Prefetcher(
@@ -618,6 +859,7 @@ def prefetch(
         depth=depth,
         memory_budget=memory_budget,
         non_blocking=non_blocking,
+        loader_ahead=loader_ahead,
         **options,
     )
 
