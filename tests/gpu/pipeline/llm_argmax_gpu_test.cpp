@@ -88,17 +88,7 @@ std::vector<std::uint16_t> make_rows(int rows, int vocab, std::mt19937& rng) {
   return logits;
 }
 
-class LlmArgmaxGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    GPUOPT_REQUIRE_GPU();
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  cudaStream_t stream_ = nullptr;
-};
+class LlmArgmaxGpu : public llm_test::GpuStreamTest {};
 
 // One case: `rows` rows of `vocab` logits, stored `offset` halves into the buffer (1: rows not
 // 16-byte aligned, so the kernel must take its scalar loads), launched `repeats` times with new

@@ -68,17 +68,7 @@ Outputs run(LlmDecoder& decoder, const std::vector<std::int32_t>& prompts, int b
   return out;
 }
 
-class LlmGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    GPUOPT_REQUIRE_GPU();
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  cudaStream_t stream_ = nullptr;
-};
+class LlmGpu : public llm_test::GpuStreamTest {};
 
 TEST_F(LlmGpu, TinyMatchesTheTwin) {
   auto decoder = LlmDecoder::create(tiny_llm(), token_by_token());

@@ -173,17 +173,7 @@ void expect_close(const LlmConfig& c, const Outputs& prefill,
   EXPECT_LE(diverged, std::max(1, batch / 2)) << "too many requests diverged";
 }
 
-class LlmPrefillGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    GPUOPT_REQUIRE_GPU();
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  cudaStream_t stream_ = nullptr;
-};
+class LlmPrefillGpu : public llm_test::GpuStreamTest {};
 
 LlmDecoderOptions with_prefill(bool prefill) {
   LlmDecoderOptions options;

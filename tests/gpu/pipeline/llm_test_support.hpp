@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "common/test_support.hpp"
 #include "gpuopt/runtime/device_buffer.hpp"
 
 namespace gpuopt::pipeline::llm_test {
@@ -55,5 +56,18 @@ inline std::vector<std::int32_t> random_prompts(int batch, int prompt_len, int v
   for (auto& t : prompts) t = token(rng);
   return prompts;
 }
+
+// A test that needs a GPU (skipped with the reason otherwise) and a non-blocking stream of its own.
+class GpuStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GPUOPT_REQUIRE_GPU();
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
 
 }  // namespace gpuopt::pipeline::llm_test
