@@ -41,8 +41,10 @@ import numpy as np
 try:
     import gguf
 except ImportError as error:  # a clear message instead of a trace
-    sys.exit(f"write_llama_gguf: cannot import the gguf package ({error}); "
-             "pip install gguf, or put its folder on PYTHONPATH")
+    sys.exit(
+        f"write_llama_gguf: cannot import the gguf package ({error}); "
+        "pip install gguf, or put its folder on PYTHONPATH"
+    )
 
 QK4_0 = 32  # weights per Q4_0 block
 Q4_0_BLOCK_BYTES = 2 + QK4_0 // 2  # fp16 scale + 16 bytes of nibbles
@@ -167,8 +169,13 @@ def write(shape: Shape, path: str, seed: int) -> int:
     mats = matrices(shape)
     norm_names = norms(shape)
     for name, rows, cols in mats:
-        w.add_tensor_info(name, (rows, cols // QK4_0 * Q4_0_BLOCK_BYTES), np.dtype(np.uint8),
-                          q4_0_bytes(rows, cols), raw_dtype=gguf.GGMLQuantizationType.Q4_0)
+        w.add_tensor_info(
+            name,
+            (rows, cols // QK4_0 * Q4_0_BLOCK_BYTES),
+            np.dtype(np.uint8),
+            q4_0_bytes(rows, cols),
+            raw_dtype=gguf.GGMLQuantizationType.Q4_0,
+        )
     for name in norm_names:
         w.add_tensor_info(name, (shape.hidden,), np.dtype(np.float32), shape.hidden * 4)
 
@@ -214,8 +221,9 @@ def check(path: str, shape: Shape | None) -> list[str]:
         "vocab": scalar("llama.vocab_size"),
     }
     if shape is None:
-        shape = next((s for s in SHAPES.values()
-                      if all(getattr(s, k) == v for k, v in got.items())), None)
+        shape = next(
+            (s for s in SHAPES.values() if all(getattr(s, k) == v for k, v in got.items())), None
+        )
         if shape is None:
             problems.append(f"hyperparameters {got} match no known shape")
             return problems
@@ -231,8 +239,10 @@ def check(path: str, shape: Shape | None) -> list[str]:
     for name in norms(shape):
         expected[name] = (shape.hidden,)
     if set(by_name) != set(expected):
-        problems.append(f"tensor names differ: missing {sorted(set(expected) - set(by_name))[:5]}, "
-                        f"extra {sorted(set(by_name) - set(expected))[:5]}")
+        problems.append(
+            f"tensor names differ: missing {sorted(set(expected) - set(by_name))[:5]}, "
+            f"extra {sorted(set(by_name) - set(expected))[:5]}"
+        )
     for name, ne in expected.items():
         t = by_name.get(name)
         if t is None:
@@ -255,7 +265,9 @@ def check(path: str, shape: Shape | None) -> list[str]:
         mine = np.concatenate([lo, hi], axis=1) * d
         theirs = gguf.quants.dequantize(raw.reshape(1, -1), gguf.GGMLQuantizationType.Q4_0)
         if not np.array_equal(mine.reshape(-1), np.asarray(theirs, np.float32).reshape(-1)):
-            problems.append("blk.0.attn_q.weight: gguf's Q4_0 dequantisation disagrees with (q-8)*d")
+            problems.append(
+                "blk.0.attn_q.weight: gguf's Q4_0 dequantisation disagrees with (q-8)*d"
+            )
         if not np.all(np.isfinite(d)) or np.any(d <= 0):
             problems.append("blk.0.attn_q.weight: non-finite or non-positive scales")
         codes = np.concatenate([lo, hi]).reshape(-1) + 8
@@ -278,8 +290,10 @@ def main() -> int:
         mats = matrices(shape)
         weights = sum(r * c for _, r, c in mats)
         data = write(shape, args.out, args.seed)
-        print(f"wrote {args.out}: {shape.name}, {len(mats)} Q4_0 matrices, {weights} weights, "
-              f"{data} tensor bytes ({data * 8 / weights:.3f} bits a weight incl. norms)")
+        print(
+            f"wrote {args.out}: {shape.name}, {len(mats)} Q4_0 matrices, {weights} weights, "
+            f"{data} tensor bytes ({data * 8 / weights:.3f} bits a weight incl. norms)"
+        )
     if args.check:
         problems = check(args.check, shape if args.out or "--shape" in sys.argv else None)
         for p in problems[:12]:
