@@ -25,7 +25,10 @@
 # CUDA graph. ms per token = median over repetitions of (run time / 32); the mean and the
 # repetitions' spread are printed too.
 #
-# Build choices (`build`): -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 (sm_90 code plus its PTX),
+# Build choices (`build`): -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real (sm_90 machine code
+# only: the H200 runs it as is; the compute_90 PTX that plain "90" adds is only for JIT on other
+# GPUs and doubles the packed size, from about 20 MB to 40 MB of xz, past what travels with
+# gpuopt's own bundle),
 # -DBUILD_SHARED_LIBS=OFF (ggml and llama linked into llama-bench), no curl or OpenSSL (no model
 # downloads), -DGGML_NATIVE=OFF (the CPU backend uses AVX2/FMA/F16C, not this machine's -march, so
 # the binary runs on the GPU machine's CPU), -DGGML_OPENMP=OFF (ggml's own thread pool: no libgomp
@@ -56,7 +59,7 @@ cmd_build() {
   if [ ! -f "$build/build.ninja" ]; then
     cmake -S "$src" -B "$build" -G Ninja \
       -DCMAKE_BUILD_TYPE=Release \
-      -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
       -DBUILD_SHARED_LIBS=OFF \
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
       -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DGGML_CUDA_NCCL=OFF \
@@ -80,7 +83,10 @@ cmd_pack() {
   [ $# -eq 2 ] || usage
   local build pack bundle
   build="$(cd "$1" && pwd)"
-  [ -x "$build/bin/llama-bench" ] || { echo "$0: no $build/bin/llama-bench (run build)" >&2; exit 2; }
+  if [ ! -x "$build/bin/llama-bench" ]; then
+    echo "$0: no $build/bin/llama-bench (run build first)" >&2
+    exit 2
+  fi
   mkdir -p "$2"
   pack="$(cd "$2" && pwd)"
   bundle="$pack/llama-anchor"
@@ -130,7 +136,7 @@ cmd_run() {
     bundle="${LLAMA_ANCHOR_BUNDLE:-}"
   fi
   if [ -z "$bundle" ] || [ ! -x "$bundle/bin/llama-bench" ]; then
-    echo "RESULT: llama_cpp: skipped (no bundle with bin/llama-bench; see scripts/anchors/llama_cpp.sh)"
+    echo "RESULT: llama_cpp: skipped (no bundle with bin/llama-bench: see llama_cpp.sh pack)"
     return 0
   fi
   bundle="$(cd "$bundle" && pwd)"
@@ -152,7 +158,8 @@ cmd_run() {
   for shape in ${SHAPES:-1b 8b}; do
     local model="$models/llama-$shape-q4_0.gguf"
     if [ ! -f "$model" ]; then
-      if ! "${PYTHON:-python3}" "$writer" --shape "$shape" --out "$model" >"$out/write_$shape.log" 2>&1; then
+      if ! "${PYTHON:-python3}" "$writer" --shape "$shape" --out "$model" \
+        >"$out/write_$shape.log" 2>&1; then
         echo "RESULT: llama_cpp $shape: failed to write the GGUF file (see $out/write_$shape.log)"
         rc=1
         continue
@@ -173,12 +180,17 @@ if not rows:
     print(f"RESULT: llama_cpp {shape}: no decode row in {path}")
     sys.exit(1)
 r = rows[0]
+if not r.get("gpu_info"):
+    print(f"RESULT: llama_cpp {shape}: llama-bench found no CUDA device (it ran on the CPU); "
+          "no anchor figure")
+    sys.exit(1)
+fa = {-1: "auto", 0: "off", 1: "on"}.get(r.get("flash_attn"), r.get("flash_attn"))
 per_token_ms = sorted(s / n_gen / 1e6 for s in r["samples_ns"])
 median = statistics.median(per_token_ms)
 print(f"RESULT: llama_cpp {shape} Q4_0 batch 1 decode: {median:.4f} ms/token median "
       f"({1e3 / median:.1f} tokens/s; mean {r['avg_ts']:.1f} +- {r['stddev_ts']:.1f} tokens/s, "
       f"min {per_token_ms[0]:.4f} max {per_token_ms[-1]:.4f} ms over {len(per_token_ms)} runs "
-      f"of {n_gen} tokens; fa {r.get('flash_attn')}, {r.get('gpu_info', '?')}, "
+      f"of {n_gen} tokens; flash attention {fa}, {r['gpu_info']}, "
       f"model {r.get('model_size', 0) / 1e6:.1f} MB)")
 PY
   done

@@ -14,7 +14,7 @@ if [ -z "$bundle" ] && [ -f .gpu-pack/llama-anchor.tar.xz ]; then
   bundle="$unpacked/llama-anchor"
 fi
 if [ -z "$bundle" ] || [ ! -x "$bundle/bin/llama-bench" ]; then
-  echo "RESULT: llama_cpp: skipped, no .gpu-pack/llama-anchor.tar.xz (scripts/anchors/llama_cpp.sh pack)"
+  echo "RESULT: llama_cpp: skipped, no .gpu-pack/llama-anchor.tar.xz (llama_cpp.sh pack)"
   exit 0
 fi
 bash scripts/anchors/llama_cpp.sh run "$bundle"
