@@ -632,7 +632,8 @@ class Collection:
         """The collection's state, as `gpuopt vector info`: name, dim, metric, live, deleted,
         segment_bytes, segments; ``ivf``: the saved IVF index (present, file, error, generation,
         nlist, train_engine, train_seconds, trained_rows, rows_since_training, growth,
-        distance_ratio, retrain_recommended, trainings = k-means runs by this Store object);
+        distance_ratio, retrain_recommended, trainings = k-means runs by this Store object,
+        rebuilds_by_id = loads that rebuilt lists a compaction moved, save_error);
         ``gpu``: the resident GPU copies (resident, device, rows, device_bytes, ivf_resident,
         ivf_device, ivf_rows)."""
         return self._native.stats()

@@ -102,6 +102,8 @@ nb::dict ivf_dict(const vector::IvfIndexStats& ivf) {
   result["distance_ratio"] = ivf.distance_ratio;
   result["retrain_recommended"] = ivf.retrain_recommended;
   result["trainings"] = ivf.trainings;
+  result["rebuilds_by_id"] = ivf.rebuilds_by_id;
+  result["save_error"] = ivf.save_error;
   return result;
 }
 

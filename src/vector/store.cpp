@@ -242,6 +242,10 @@ struct Collection::State {
     std::uint64_t generation = 0;
     std::uint64_t trained_rows = 0;
     std::uint64_t saved_rows = 0;  // rows the published file covers
+    // The lists were rebuilt by id (a compaction moved the file's positions) and not saved since.
+    bool rebuilt = false;
+    // A save of these lists failed: not tried again until another index is loaded.
+    std::string save_error;
     detail::IvfTrainEngine engine = detail::IvfTrainEngine::kCpu;
     std::uint32_t iterations = 0;
     double train_seconds = 0;
@@ -250,7 +254,11 @@ struct Collection::State {
   };
   std::optional<Ivf> ivf;
   std::size_t ivf_trainings = 0;
+  std::size_t ivf_rebuilds = 0;  // loads that rebuilt the lists by id
   Status save_ivf();
+  // After a compaction: loads the published index, rebuilt by id for the new layout, and saves it.
+  // Sets report.ivf_resaved / ivf_error.
+  void resave_moved_ivf(CompactReport& report);
   // Stops between segments once `cancel` is set (CANCELLED; the rows assigned so far stay).
   StatusOr<std::size_t> catch_up_ivf(int threads, const CancelToken* cancel = nullptr);
   Status load_ivf();
@@ -821,6 +829,14 @@ StatusOr<CompactReport> Collection::compact(const CompactOptions& options) {
     }
   }
   report.segments_after = s.segments.size();
+  if (options.resave_ivf) {
+    if (is_cancelled(cancel)) {
+      // Committed already: only the re-save is skipped, and the next load rebuilds in memory.
+      report.ivf_error = "cancelled after the compaction committed; the IVF index was not re-saved";
+    } else {
+      s.resave_moved_ivf(report);
+    }
+  }
   return report;
 }
 
@@ -1002,6 +1018,9 @@ StatusOr<std::vector<RowSpan>> Collection::current_rows(const std::string& where
 // catalogue's ivf_indexes row names the published file. Rows written after a save are not in the
 // file: their segments are durable, and loading assigns them to their nearest centroid again (the
 // same rule an in-process write follows), re-saving once they are a quarter of the saved rows.
+// A compaction renumbers positions: it rebuilds the lists by id and saves them itself; a load
+// that still finds moved positions (a compaction that could not save) rebuilds them in memory
+// and its catch-up saves them.
 
 namespace {
 
@@ -1042,6 +1061,11 @@ const char* train_engine_name(detail::IvfTrainEngine engine) {
 // in one transaction, then the previous file is removed.
 Status Collection::State::save_ivf() {
   State& s = *this;
+  if (s.catalogue->read_only) {
+    return failed_precondition(
+        fmt::format("{}: the store is open read-only ({}); the IVF index is not saved",
+                    s.catalogue->directory.string(), s.catalogue->read_only_reason));
+  }
   auto& ivf = *s.ivf;
   const detail::IvfFlat& index = ivf.index;
   GPUOPT_ASSIGN_OR_RETURN(auto current, ivf_catalogue_entry(s.db, s.name));
@@ -1115,10 +1139,33 @@ Status Collection::State::save_ivf() {
   ivf.file = info.file;
   ivf.generation = info.generation;
   ivf.saved_rows = contents.covered_rows;
+  ivf.rebuilt = false;
+  ivf.save_error.clear();
   return ok_status();
 }
 
-// Appends rows [index.rows(), total_rows) to their nearest lists; re-saves once they are many.
+void Collection::State::resave_moved_ivf(CompactReport& report) {
+  State& s = *this;
+  // clear_rows() dropped the lists in memory: this loads the published file, whose positions the
+  // compaction moved, and rebuilds its lists by id.
+  if (Status loaded = s.load_ivf(); !loaded.ok()) {
+    report.ivf_error = loaded.to_string();
+    return;
+  }
+  if (!s.ivf || !s.ivf->rebuilt) return;  // no index, or its positions still hold
+  if (Status saved = s.save_ivf(); !saved.ok()) {
+    s.ivf->save_error = saved.to_string();
+    report.ivf_error = s.ivf->save_error;
+    return;
+  }
+  report.ivf_resaved = true;
+}
+
+// Appends rows [index.rows(), total_rows) to their nearest lists; re-saves once they are many,
+// or when the lists were rebuilt by id (a compaction in another process, or one that did not
+// re-save, moved them), so that the next load finds positions that hold. The save is best effort:
+// the lists in memory answer either way, a read-only store does not try, and a failed save is
+// recorded (IvfIndexStats::save_error) and not tried again for these lists.
 StatusOr<std::size_t> Collection::State::catch_up_ivf(int threads, const CancelToken* cancel) {
   State& s = *this;
   auto& ivf = *s.ivf;
@@ -1141,9 +1188,10 @@ StatusOr<std::size_t> Collection::State::catch_up_ivf(int threads, const CancelT
     }
     assigned += count;
   }
-  if (assigned > 0 && double(ivf.index.rows() - ivf.saved_rows) >=
-                          std::max(1.0, kIvfResaveFraction * double(ivf.saved_rows))) {
-    GPUOPT_RETURN_IF_ERROR(s.save_ivf());
+  const bool grown = assigned > 0 && double(ivf.index.rows() - ivf.saved_rows) >=
+                                         std::max(1.0, kIvfResaveFraction * double(ivf.saved_rows));
+  if ((grown || ivf.rebuilt) && ivf.save_error.empty() && !s.catalogue->read_only) {
+    if (Status saved = s.save_ivf(); !saved.ok()) ivf.save_error = saved.to_string();
   }
   return assigned;
 }
@@ -1201,11 +1249,19 @@ Status Collection::State::load_ivf() {
     // not know (written after it was saved) to their nearest centroid. Ids the file names that
     // are gone are dropped. A row rewritten by upsert keeps its id's list: IVF scans it there
     // with its true distance, so only recall can suffer, until `gpuopt vector reindex`.
-    std::unordered_map<std::uint64_t, std::uint32_t> list_of_id;
+    // An id the file names twice (a row rewritten by upsert, the old one deleted) takes the list
+    // of its highest position: the later write, the one that is live.
+    struct Placed {
+      std::uint64_t position;
+      std::uint32_t list;
+    };
+    std::unordered_map<std::uint64_t, Placed> list_of_id;
     list_of_id.reserve(contents.ids.size());
     for (std::size_t l = 0; l < contents.nlist; ++l) {
       for (std::uint64_t i = contents.list_offsets[l]; i < contents.list_offsets[l + 1]; ++i) {
-        list_of_id[contents.ids[i]] = static_cast<std::uint32_t>(l);
+        const Placed placed{contents.positions[i], static_cast<std::uint32_t>(l)};
+        auto [at, inserted] = list_of_id.try_emplace(contents.ids[i], placed);
+        if (!inserted && at->second.position < placed.position) at->second = placed;
       }
     }
     const std::size_t dim = s.config.dim;
@@ -1216,7 +1272,7 @@ Status Collection::State::load_ivf() {
       auto known = list_of_id.find(seg.ids()[row]);
       std::uint32_t list = 0;
       if (known != list_of_id.end()) {
-        list = known->second;
+        list = known->second.list;
       } else {
         float distance = 0;
         ivf.index.nearest(vector, 1, &list, &distance, 1);
@@ -1224,11 +1280,15 @@ Status Collection::State::load_ivf() {
       }
       ivf.index.append(list, vector, seg.norms()[row], position);
     }
-    ivf.saved_rows = 0;  // the next write's catch-up saves the rebuilt lists
+    ivf.saved_rows = 0;
+    ivf.rebuilt = true;  // saved by the caller's catch-up (or the compaction that moved them)
+    ++s.ivf_rebuilds;
   }
   ivf.file = entry->file;
   ivf.generation = contents.generation;
-  ivf.trained_rows = contents.trained_rows;
+  // Deleted rows that a compaction dropped leave fewer rows than k-means saw: the drift figures
+  // (rows since training, growth) and the file's check (trained <= covered) count what is left.
+  ivf.trained_rows = std::min<std::uint64_t>(contents.trained_rows, ivf.index.rows());
   ivf.engine = contents.engine;
   ivf.iterations = contents.iterations;
   ivf.train_seconds = contents.train_seconds;
@@ -1348,7 +1408,9 @@ IvfIndexStats Collection::State::describe_ivf(const IvfParams& thresholds) const
   const State& s = *this;
   IvfIndexStats stats;
   stats.trainings = s.ivf_trainings;
+  stats.rebuilds_by_id = s.ivf_rebuilds;
   if (!s.ivf) return stats;
+  stats.save_error = s.ivf->save_error;
   const auto& ivf = *s.ivf;
   stats.present = true;
   stats.file = ivf.file;
@@ -1743,6 +1805,7 @@ CollectionStats Collection::stats() const {
     stats.ivf.present = true;
     stats.ivf.error = ivf.status().to_string();
     stats.ivf.trainings = s.ivf_trainings;
+    stats.ivf.rebuilds_by_id = s.ivf_rebuilds;
   }
   return stats;
 }

@@ -54,14 +54,23 @@ int run_compact(const CompactArgs& args) {
                 {"segments_before", report->segments_before},
                 {"segments_after", report->segments_after},
                 {"rows_dropped", report->rows_dropped},
+                {"ivf_resaved", report->ivf_resaved},
+                {"ivf_error", report->ivf_error.empty() ? json(nullptr) : json(report->ivf_error)},
                 {"count", (*collection)->size()}};
     return write_output("vector", args.out, out.dump() + "\n") ? kExitOk : kExitToolFailed;
   }
+  std::string ivf;
+  if (report->ivf_resaved) {
+    ivf = ", IVF index rebuilt for the new layout and saved";
+  } else if (!report->ivf_error.empty()) {
+    // The compaction stands: only the IVF index is left to be rebuilt in memory at the next load.
+    ivf = fmt::format(", IVF index not saved again ({})", report->ivf_error);
+  }
   return write_output("vector", args.out,
                       fmt::format("compacted {}: {} segments -> {}, {} deleted rows dropped, {} "
-                                  "rows\n",
+                                  "rows{}\n",
                                   args.collection, report->segments_before, report->segments_after,
-                                  report->rows_dropped, (*collection)->size()))
+                                  report->rows_dropped, (*collection)->size(), ivf))
              ? kExitOk
              : kExitToolFailed;
 }

@@ -68,6 +68,13 @@ struct IvfIndexStats {
   double distance_ratio = 0;              // added / trained mean distance (0 when none added)
   bool retrain_recommended = false;       // past IvfParams' drift thresholds
   std::size_t trainings = 0;              // k-means runs by this Collection object
+  // Loads by this Collection object that found the saved lists' positions moved by a compaction
+  // (one that did not save the index again) and rebuilt them by id in memory.
+  std::size_t rebuilds_by_id = 0;
+  // Why lists rebuilt by id, or rows assigned since the last save, could not be saved by this
+  // Collection object (they stay in memory and answer queries); empty when nothing failed. A
+  // read-only store does not try.
+  std::string save_error;
 };
 
 struct CollectionStats {
@@ -99,12 +106,22 @@ struct CompactOptions {
   // transaction commits, removes the files it wrote, and the old layout stays. Null = not
   // cancellable. The caller keeps it alive.
   const CancelToken* cancel = nullptr;
+  // After the commit, rebuild the saved IVF index's lists for the new layout and save them (see
+  // CompactReport::ivf_resaved). false leaves that to the next load, which rebuilds them in
+  // memory and saves them from a query of a writable store: for a `reindex` that follows anyway.
+  bool resave_ivf = true;
 };
 
 struct CompactReport {
   std::size_t segments_before = 0;
   std::size_t segments_after = 0;
   std::size_t rows_dropped = 0;  // deleted rows no longer kept
+  // The collection's saved IVF index names rows by position, which the compaction renumbered:
+  // its lists were rebuilt by id for the new layout and saved again (ivf_resaved), or why not
+  // (ivf_error; the compaction stands and the next load rebuilds the lists in memory instead).
+  // Both stay unset when no rows moved, no index is saved or CompactOptions::resave_ivf is off.
+  bool ivf_resaved = false;
+  std::string ivf_error;
 };
 
 // The GPU engine's resident copies of a collection (Collection::gpu_residency).
@@ -194,7 +211,8 @@ class Collection {
   // and only then are the old files removed; a crash leaves either the old or the new layout,
   // and at most unreferenced files. Readers in other processes move to the new layout at their
   // next read. Live rows, ids and metadata are unchanged; row order (and with it any position)
-  // is not. Takes the writer lock.
+  // is not. A saved IVF index is then rebuilt by id for the new layout, without retraining, and
+  // saved again, best effort (CompactReport::ivf_resaved). Takes the writer lock.
   StatusOr<CompactReport> compact(const CompactOptions& options = {});
   // Which GPU copies are resident now, where, and their size.
   GpuResidency gpu_residency() const;

@@ -1,7 +1,8 @@
 // Segment compaction: merged segments keep every live id with its vector and metadata and drop
 // deleted rows; compaction past a segment count happens by itself; a reader in another Store
-// follows it; and a compaction killed with SIGKILL at random points leaves a store that opens,
-// verifies and holds every row.
+// follows it; a saved IVF index is saved again for the new layout (by the compaction, or else by
+// the next query of a writable store); and a compaction killed with SIGKILL at random points
+// leaves a store that opens, verifies and holds every row.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -151,6 +152,179 @@ TEST(VectorCompact, ReaderInAnotherStoreFollowsTheCompaction) {
   EXPECT_EQ(report->segments_after, 1u);
   ASSERT_NO_FATAL_FAILURE(expect_holds(**reader, expected));
   EXPECT_EQ((*reader)->stats().segments.size(), 1u);
+}
+
+constexpr std::size_t kLists = 8;
+
+QueryOptions ivf_options(std::size_t nprobe) {
+  QueryOptions options;
+  options.k = 5;
+  options.index = IndexKind::kIvf;
+  options.nprobe = nprobe;
+  options.ivf.nlist = kLists;
+  options.ivf.engine = QueryEngine::kCpu;
+  return options;
+}
+
+std::size_t ivf_files(const fs::path& dir) {
+  std::size_t n = 0;
+  for (const auto& entry : fs::directory_iterator(dir / "segments")) {
+    n += entry.path().extension() == ".ivf";
+  }
+  return n;
+}
+
+// IVF answers to one query per live row, with 2 of the 8 lists probed.
+SearchResults ivf_answers(Collection& c, const std::map<std::uint64_t, std::vector<float>>& rows,
+                          QueryReport* report = nullptr) {
+  std::vector<float> queries;
+  for (const auto& [id, vector] : rows) queries.insert(queries.end(), vector.begin(), vector.end());
+  auto hits = c.query(queries.data(), rows.size(), ivf_options(2), report);
+  EXPECT_TRUE(hits.ok()) << hits.status().to_string();
+  return hits.ok() ? *hits : SearchResults{};
+}
+
+void expect_same_answers(const SearchResults& before, const SearchResults& after) {
+  ASSERT_EQ(before.size(), after.size());
+  for (std::size_t q = 0; q < before.size(); ++q) {
+    ASSERT_EQ(before[q].size(), after[q].size()) << "query " << q;
+    for (std::size_t i = 0; i < before[q].size(); ++i) {
+      EXPECT_EQ(before[q][i].id, after[q][i].id) << "query " << q << " hit " << i;
+      EXPECT_NEAR(before[q][i].distance, after[q][i].distance, 1e-5) << "query " << q;
+    }
+  }
+}
+
+// Probing every list, IVF answers exactly: the same ids as the exact engine (brute force).
+void expect_ivf_matches_exact(Collection& c,
+                              const std::map<std::uint64_t, std::vector<float>>& rows) {
+  for (const auto& [id, vector] : rows) {
+    QueryOptions exact;
+    exact.k = 5;
+    auto want = c.query(vector.data(), 1, exact);
+    auto got = c.query(vector.data(), 1, ivf_options(kLists));
+    ASSERT_TRUE(want.ok() && got.ok());
+    ASSERT_EQ((*got)[0].size(), (*want)[0].size()) << id;
+    for (std::size_t i = 0; i < (*want)[0].size(); ++i) {
+      EXPECT_EQ((*got)[0][i].id, (*want)[0][i].id) << id;
+    }
+    EXPECT_EQ((*got)[0][0].id, id);
+  }
+}
+
+// A compaction renumbers the positions the saved IVF index names: it rebuilds the lists by id and
+// saves them, so a reopened store loads them as they are (no rebuild, no retraining) and answers
+// as before the compaction.
+TEST(VectorCompact, CompactionSavesTheIvfIndexForTheNewLayout) {
+  TempDir dir("gpuopt-compact");
+  std::map<std::uint64_t, std::vector<float>> expected;
+  SearchResults before;
+  IvfIndexStats trained;
+  {
+    auto store = Store::open(dir.path(), {.create = true, .compact_above_segments = 0});
+    auto c = (*store)->create_collection("c", {kDim, Metric::kL2});
+    expected = fill(**c);
+    ASSERT_TRUE((*c)->build_ivf(ivf_options(2).ivf).ok());
+    before = ivf_answers(**c, expected);
+    trained = (*c)->ivf_stats().value_or(IvfIndexStats{});
+    ASSERT_TRUE(trained.present);
+    auto report = (*c)->compact({.target_rows = 1000});
+    ASSERT_TRUE(report.ok()) << report.status().to_string();
+    EXPECT_EQ(report->segments_after, 1u);
+    EXPECT_TRUE(report->ivf_resaved) << report->ivf_error;
+    EXPECT_EQ(report->ivf_error, "");
+    auto saved = (*c)->ivf_stats();
+    ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+    EXPECT_GT(saved->generation, trained.generation) << "the compaction did not save the index";
+    EXPECT_NE(saved->file, trained.file);
+    EXPECT_EQ(saved->trainings, 1u) << "the compaction retrained";
+    // Nothing moved: nothing to save.
+    auto again = (*c)->compact({.target_rows = 1000});
+    ASSERT_TRUE(again.ok());
+    EXPECT_FALSE(again->ivf_resaved);
+    EXPECT_EQ(again->ivf_error, "");
+  }
+  EXPECT_EQ(ivf_files(dir.path()), 1u) << "the replaced index file was left behind";
+
+  auto store = Store::open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto c = (*store)->collection("c");
+  QueryReport report;
+  const SearchResults after = ivf_answers(**c, expected, &report);
+  EXPECT_FALSE(report.ivf_built);
+  EXPECT_EQ(report.ivf_rows_assigned, 0u);
+  auto loaded = (*c)->ivf_stats();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(loaded->rebuilds_by_id, 0u) << "the reopened store rebuilt the lists by id";
+  EXPECT_EQ(loaded->trainings, 0u);
+  // k-means saw 210 rows, 20 of them deleted and dropped since: the 190 left count as trained.
+  EXPECT_EQ(trained.trained_rows, 210u);
+  EXPECT_EQ(loaded->trained_rows, expected.size());
+  EXPECT_EQ(loaded->rows_since_training, 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_same_answers(before, after));
+  ASSERT_NO_FATAL_FAILURE(expect_ivf_matches_exact(**c, expected));
+}
+
+// A compaction that did not save the index (another process's, here without resave_ivf) leaves
+// positions that no longer hold: a read-only store rebuilds the lists in memory once per load
+// and writes nothing; the next query of a writable store rebuilds and saves them, and every later
+// open loads them as they are.
+TEST(VectorCompact, IvfListsMovedElsewhereAreSavedByTheNextQuery) {
+  TempDir dir("gpuopt-compact");
+  std::map<std::uint64_t, std::vector<float>> expected;
+  {
+    auto store = Store::open(dir.path(), {.create = true, .compact_above_segments = 0});
+    auto c = (*store)->create_collection("c", {kDim, Metric::kL2});
+    expected = fill(**c);
+    ASSERT_TRUE((*c)->build_ivf(ivf_options(2).ivf).ok());
+  }
+  // A store that only reads (so it leaves the writer lock to the compaction) with the lists loaded.
+  auto first_store = Store::open(dir.path());
+  auto first = (*first_store)->collection("c");
+  const SearchResults before = ivf_answers(**first, expected);
+  const IvfIndexStats trained = (*first)->ivf_stats().value_or(IvfIndexStats{});
+
+  {
+    auto other_store = Store::open(dir.path());
+    auto other = (*other_store)->collection("c");
+    auto report = (*other)->compact({.target_rows = 1000, .resave_ivf = false});
+    ASSERT_TRUE(report.ok()) << report.status().to_string();
+    EXPECT_FALSE(report->ivf_resaved);
+    EXPECT_EQ(report->ivf_error, "");
+  }
+  {
+    auto reader_store = Store::open(dir.path(), {.read_only = true});
+    ASSERT_TRUE(reader_store.ok()) << reader_store.status().to_string();
+    auto reader = (*reader_store)->collection("c");
+    ASSERT_NO_FATAL_FAILURE(expect_same_answers(before, ivf_answers(**reader, expected)));
+    ASSERT_NO_FATAL_FAILURE(expect_same_answers(before, ivf_answers(**reader, expected)));
+    auto stats = (*reader)->ivf_stats();
+    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+    EXPECT_EQ(stats->rebuilds_by_id, 1u) << "rebuilt more than once per load";
+    EXPECT_EQ(stats->generation, trained.generation) << "a read-only store saved the index";
+    EXPECT_EQ(stats->save_error, "") << "a read-only store tried to save";
+  }
+  EXPECT_EQ(ivf_files(dir.path()), 1u);
+
+  // The first store follows the compaction at its next query and saves the rebuilt lists.
+  QueryReport report;
+  ASSERT_NO_FATAL_FAILURE(expect_same_answers(before, ivf_answers(**first, expected, &report)));
+  EXPECT_FALSE(report.ivf_built);
+  auto resaved = (*first)->ivf_stats();
+  ASSERT_TRUE(resaved.ok()) << resaved.status().to_string();
+  EXPECT_EQ(resaved->rebuilds_by_id, 1u);
+  EXPECT_EQ(resaved->save_error, "");
+  EXPECT_GT(resaved->generation, trained.generation) << "the rebuilt lists were not saved";
+  EXPECT_EQ(ivf_files(dir.path()), 1u);
+
+  auto store = Store::open(dir.path());
+  auto c = (*store)->collection("c");
+  ASSERT_NO_FATAL_FAILURE(expect_same_answers(before, ivf_answers(**c, expected)));
+  auto loaded = (*c)->ivf_stats();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(loaded->rebuilds_by_id, 0u) << "the saved lists were rebuilt again";
+  EXPECT_EQ(loaded->generation, resaved->generation);
+  ASSERT_NO_FATAL_FAILURE(expect_ivf_matches_exact(**c, expected));
 }
 
 // SIGKILL a process that compacts (and keeps writing) at random points: every reopen verifies
