@@ -16,7 +16,8 @@ segments() { "$gpuopt" vector info "$work/s" --verify --json | grep -c '"sequenc
 before=$("$gpuopt" vector query "$work/s" "$work/data.idx" --k 4 --json | grep -oE '"distance":[^}]*' | tr '\n' ' ')
 out=$("$gpuopt" vector compact "$work/s" --json) || { echo "compact failed: $out"; exit 1; }
 grep -q '"segments_before":30' <<<"$out" && grep -q '"segments_after":1' <<<"$out" &&
-  grep -q '"count":300' <<<"$out" || { echo "compact output: $out"; exit 1; }
+  grep -q '"count":300' <<<"$out" && grep -q '"ivf_resaved":false' <<<"$out" ||
+  { echo "compact output: $out"; exit 1; }
 [ "$(segments)" = 1 ] || { echo "expected 1 segment after compact"; exit 1; }
 [ "$(ls "$work/s/segments" | wc -l)" = 1 ] || { echo "old files left: $(ls "$work/s/segments")"; exit 1; }
 after=$("$gpuopt" vector query "$work/s" "$work/data.idx" --k 4 --json | grep -oE '"distance":[^}]*' | tr '\n' ' ')
