@@ -183,7 +183,7 @@ struct NearestJob {
   const float* rows;  // [count, dim]
   std::size_t count;
   const float* packed_centroids;  // [padded_nlist / NR][dim][NR]
-  const float* centroid_norms;    // [nlist]
+  const float* padded_norms;      // [padded_nlist], +inf past nlist
   std::size_t nlist;
   std::size_t padded_nlist;
   std::size_t dim;
@@ -271,21 +271,42 @@ template <typename V, int W, int MR, int NV>
         }
       }
     }
-    const std::size_t end = std::min(job.nlist, n0 + centroids);
+    // Per lane, the first smallest distance and its index, then the lanes' smallest, lowest
+    // index first: the same choice as a scan with `<` in index order. Padded centroids have an
+    // infinite norm, so they never win.
+    using Mask = decltype(V{} < V{});
     for (std::size_t r = 0; r < rows; ++r) {
-      const float* row_dots = dots + r * kNearestCentroidBlock - n0;
-      float best = s.best[r];
-      std::uint32_t best_list = s.best_list[r];
-      for (std::size_t j = n0; j < end; ++j) {
-        float distance =
-            distance_from_dot(Metric::kL2, row_dots[j], s.row_norms[r], job.centroid_norms[j]);
-        if (distance < best) {
-          best = distance;
-          best_list = static_cast<std::uint32_t>(j);
+      const float* row_dots = dots + r * kNearestCentroidBlock;
+      const float* norms = job.padded_norms + n0;
+      const float row_norm = s.row_norms[r];
+      V lane_best = V{} + __builtin_inff();
+      Mask lane_index = {}, index = {};
+      for (int l = 0; l < W; ++l) index[l] = l;
+      for (std::size_t j = 0; j < centroids; j += W) {
+        V dot_values, centroid_norms;
+        __builtin_memcpy(&dot_values, row_dots + j, sizeof(V));
+        __builtin_memcpy(&centroid_norms, norms + j, sizeof(V));
+        // distance_from_dot for L2 (2 * dot is exact, so contraction cannot change the value).
+        V distance = row_norm + centroid_norms - 2.0f * dot_values;
+        distance = distance > 0.0f ? distance : V{};
+        Mask less = distance < lane_best;
+        lane_best = less ? distance : lane_best;
+        lane_index = less ? index : lane_index;
+        index += W;
+      }
+      float best = __builtin_inff();
+      std::size_t best_index = 0;
+      for (int l = 0; l < W; ++l) {
+        const auto at = static_cast<std::size_t>(lane_index[l]);
+        if (lane_best[l] < best || (lane_best[l] == best && at < best_index)) {
+          best = lane_best[l];
+          best_index = at;
         }
       }
-      s.best[r] = best;
-      s.best_list[r] = best_list;
+      if (best < s.best[r]) {
+        s.best[r] = best;
+        s.best_list[r] = static_cast<std::uint32_t>(n0 + best_index);
+      }
     }
   }
   for (std::size_t r = 0; r < rows; ++r) {
@@ -530,8 +551,10 @@ void nearest_centroids_with(const KernelChoice& kernels, const float* rows, std:
     const float* in = centroids + c * dim;
     for (std::size_t k = 0; k < dim; ++k) out[k * nr] = in[k];
   }
-  const NearestJob job{rows,         count, packed.data(), centroid_norms, nlist,
-                       padded_nlist, dim,   lists,         distances};
+  std::vector<float> padded_norms(padded_nlist, __builtin_inff());
+  std::copy_n(centroid_norms, nlist, padded_norms.data());
+  const NearestJob job{rows, count, packed.data(), padded_norms.data(), nlist, padded_nlist,
+                       dim,  lists, distances};
   const std::size_t tasks = (count + kNearestRowBlock - 1) / kNearestRowBlock;
   double work = double(count) * double(nlist) * double(dim);
   int workers = work < kParallelMinWork ? 1 : resolve_threads(threads);
