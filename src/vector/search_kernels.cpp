@@ -168,10 +168,165 @@ template <typename V, int W>
 using DotTileFunction = void (*)(const float*, std::size_t, const float*, std::size_t, std::size_t,
                                  float*);
 
-struct DotTileChoice {
-  DotTileFunction function;
+// The nearest centroid as a blocked GEMM (rows x centroids^T), the k-means assignment step. Rows
+// are packed in panels of MR (a[k * MR + r]) and centroids in panels of NR = NV * W (b[k * NR +
+// j]), both zero-padded, so a register tile of MR x NR dot products takes NV vector loads and MR
+// broadcasts per step of the dimension, against 6 loads per 8 products in the dot tile above.
+// A task is kNearestRowBlock rows: its packed rows stay in L2 while each centroid panel's K block
+// (kNearestKBlock x NR) is reused from L1 by every row panel; dots land in a [row block, centroid
+// block] buffer and each centroid block's argmin runs after it.
+constexpr std::size_t kNearestRowBlock = 96;  // a multiple of every MR below
+constexpr std::size_t kNearestKBlock = 256;
+constexpr std::size_t kNearestCentroidBlock = 512;  // a multiple of every NR below
+
+struct NearestJob {
+  const float* rows;  // [count, dim]
+  std::size_t count;
+  const float* packed_centroids;  // [padded_nlist / NR][dim][NR]
+  const float* padded_norms;      // [padded_nlist], +inf past nlist
+  std::size_t nlist;
+  std::size_t padded_nlist;
+  std::size_t dim;
+  std::uint32_t* lists;  // [count]
+  float* distances;      // [count] or null
+};
+
+struct NearestScratch {
+  std::vector<float> packed_rows, dots, row_norms, best;
+  std::vector<std::uint32_t> best_list;
+};
+
+// dots[r * ldc + j] (+)= sum_k a[k * MR + r] * b[k * NR + j] for r < MR, j < NR.
+template <typename V, int W, int MR, int NV>
+[[gnu::always_inline]] inline void gemm_tile(const float* a, const float* b, std::size_t kc,
+                                             float* c, std::size_t ldc, bool accumulate) {
+  constexpr int NR = NV * W;
+  V acc[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = V{};
+  }
+  for (std::size_t k = 0; k < kc; ++k) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_memcpy(&bv[v], b + k * NR + v * W, sizeof(V));
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const float av = a[k * MR + r];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] += bv[v] * av;
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* out = c + r * ldc + v * W;
+      if (accumulate) {
+        V old;
+        __builtin_memcpy(&old, out, sizeof(V));
+        acc[r][v] += old;
+      }
+      __builtin_memcpy(out, &acc[r][v], sizeof(V));
+    }
+  }
+}
+
+// The nearest centroid of rows [m0, m0 + kNearestRowBlock) of the job.
+template <typename V, int W, int MR, int NV>
+[[gnu::always_inline]] inline void nearest_rows_generic(const NearestJob& job, std::size_t m0,
+                                                        NearestScratch& s) {
+  constexpr std::size_t NR = std::size_t{NV} * W;
+  static_assert(kNearestRowBlock % MR == 0 && kNearestCentroidBlock % NR == 0);
+  const std::size_t dim = job.dim;
+  const std::size_t rows = std::min(kNearestRowBlock, job.count - m0);
+  const std::size_t padded_rows = (rows + MR - 1) / MR * MR;
+  s.packed_rows.resize(padded_rows * dim);
+  s.row_norms.resize(rows);
+  for (std::size_t r = 0; r < padded_rows; ++r) {
+    float* out = s.packed_rows.data() + r / MR * MR * dim + r % MR;
+    if (r < rows) {
+      const float* in = job.rows + (m0 + r) * dim;
+      for (std::size_t k = 0; k < dim; ++k) out[k * MR] = in[k];
+      s.row_norms[r] = dot(in, in, dim);
+    } else {
+      for (std::size_t k = 0; k < dim; ++k) out[k * MR] = 0.0f;
+    }
+  }
+  s.best.assign(rows, __builtin_inff());
+  s.best_list.assign(rows, 0);
+  s.dots.resize(kNearestRowBlock * kNearestCentroidBlock);
+  float* dots = s.dots.data();
+  for (std::size_t n0 = 0; n0 < job.padded_nlist; n0 += kNearestCentroidBlock) {
+    const std::size_t centroids = std::min(kNearestCentroidBlock, job.padded_nlist - n0);
+    for (std::size_t k0 = 0; k0 < dim; k0 += kNearestKBlock) {
+      const std::size_t kc = std::min(kNearestKBlock, dim - k0);
+      for (std::size_t n = 0; n < centroids; n += NR) {
+        const float* b = job.packed_centroids + (n0 + n) * dim + k0 * NR;
+        for (std::size_t m = 0; m < padded_rows; m += MR) {
+          gemm_tile<V, W, MR, NV>(s.packed_rows.data() + m * dim + k0 * MR, b, kc,
+                                  dots + m * kNearestCentroidBlock + n, kNearestCentroidBlock,
+                                  k0 != 0);
+        }
+      }
+    }
+    // Per lane, the first smallest distance and its index, then the lanes' smallest, lowest
+    // index first: the same choice as a scan with `<` in index order. Padded centroids have an
+    // infinite norm, so they never win.
+    using Mask = decltype(V{} < V{});
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* row_dots = dots + r * kNearestCentroidBlock;
+      const float* norms = job.padded_norms + n0;
+      const float row_norm = s.row_norms[r];
+      V lane_best = V{} + __builtin_inff();
+      Mask lane_index = {}, index = {};
+      for (int l = 0; l < W; ++l) index[l] = l;
+      for (std::size_t j = 0; j < centroids; j += W) {
+        V dot_values, centroid_norms;
+        __builtin_memcpy(&dot_values, row_dots + j, sizeof(V));
+        __builtin_memcpy(&centroid_norms, norms + j, sizeof(V));
+        // distance_from_dot for L2 (2 * dot is exact, so contraction cannot change the value).
+        V distance = row_norm + centroid_norms - 2.0f * dot_values;
+        distance = distance > 0.0f ? distance : V{};
+        Mask less = distance < lane_best;
+        lane_best = less ? distance : lane_best;
+        lane_index = less ? index : lane_index;
+        index += W;
+      }
+      float best = __builtin_inff();
+      std::size_t best_index = 0;
+      for (int l = 0; l < W; ++l) {
+        const auto at = static_cast<std::size_t>(lane_index[l]);
+        if (lane_best[l] < best || (lane_best[l] == best && at < best_index)) {
+          best = lane_best[l];
+          best_index = at;
+        }
+      }
+      if (best < s.best[r]) {
+        s.best[r] = best;
+        s.best_list[r] = static_cast<std::uint32_t>(n0 + best_index);
+      }
+    }
+  }
+  for (std::size_t r = 0; r < rows; ++r) {
+    job.lists[m0 + r] = s.best_list[r];
+    if (job.distances != nullptr) job.distances[m0 + r] = s.best[r];
+  }
+}
+
+using NearestRowsFunction = void (*)(const NearestJob&, std::size_t, NearestScratch&);
+
+struct KernelChoice {
+  DotTileFunction dot_tile;
+  NearestRowsFunction nearest_rows;
+  std::size_t nearest_nr;  // the centroid panel width nearest_rows reads
   const char* name;
 };
+
+void nearest_rows_portable(const NearestJob& job, std::size_t m0, NearestScratch& s) {
+  nearest_rows_generic<Float4, 4, 6, 2>(job, m0, s);
+}
 
 #if GPUOPT_DOT_TILE_X86
 __attribute__((target("avx512f,avx512vl,fma"))) void dot_tile_avx512(const float* q, std::size_t nq,
@@ -184,23 +339,42 @@ __attribute__((target("avx2,fma"))) void dot_tile_avx2(const float* q, std::size
                                                        std::size_t dim, float* out) {
   dot_tile_generic<Float8, 8>(q, nq, x, nr, dim, out);
 }
+// 12 x 32 tiles: 24 of the 32 vector registers accumulate.
+__attribute__((target("avx512f,avx512vl,fma"))) void nearest_rows_avx512(const NearestJob& job,
+                                                                         std::size_t m0,
+                                                                         NearestScratch& s) {
+  nearest_rows_generic<Float16, 16, 12, 2>(job, m0, s);
+}
+// 6 x 16 tiles: 12 of the 16 vector registers accumulate.
+__attribute__((target("avx2,fma"))) void nearest_rows_avx2(const NearestJob& job, std::size_t m0,
+                                                           NearestScratch& s) {
+  nearest_rows_generic<Float8, 8, 6, 2>(job, m0, s);
+}
 #endif
 
-DotTileChoice select_dot_tile() {
+void dot_tile_portable_function(const float* q, std::size_t nq, const float* x, std::size_t nr,
+                                std::size_t dim, float* out) {
+  dot_tile_generic<Float4, 4>(q, nq, x, nr, dim, out);
+}
+
+constexpr KernelChoice kPortableKernels = {dot_tile_portable_function, nearest_rows_portable, 8,
+                                           "portable"};
+
+KernelChoice select_kernels() {
 #if GPUOPT_DOT_TILE_X86
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) {
-    return {dot_tile_avx512, "avx512"};
+    return {dot_tile_avx512, nearest_rows_avx512, 32, "avx512"};
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    return {dot_tile_avx2, "avx2"};
+    return {dot_tile_avx2, nearest_rows_avx2, 16, "avx2"};
   }
 #endif
-  return {dot_tile_portable, "portable"};
+  return kPortableKernels;
 }
 
-const DotTileChoice kDotTileChoice = select_dot_tile();
-const DotTileFunction kDotTile = kDotTileChoice.function;
+const KernelChoice kKernels = select_kernels();
+const DotTileFunction kDotTile = kKernels.dot_tile;
 
 constexpr std::size_t kQueryTile = 32;
 constexpr std::size_t kRowTile = 128;
@@ -249,10 +423,10 @@ void dot_tile(const float* queries, std::size_t query_count, const float* rows,
 
 void dot_tile_portable(const float* queries, std::size_t query_count, const float* rows,
                        std::size_t row_count, std::size_t dim, float* dots) {
-  dot_tile_generic<Float4, 4>(queries, query_count, rows, row_count, dim, dots);
+  dot_tile_portable_function(queries, query_count, rows, row_count, dim, dots);
 }
 
-const char* dot_tile_isa() { return kDotTileChoice.name; }
+const char* dot_tile_isa() { return kKernels.name; }
 
 float dot(const float* a, const float* b, std::size_t dim) {
   float out = 0;
@@ -348,6 +522,68 @@ std::vector<TopK> exact_scan(std::span<const RowBlock> blocks, std::size_t dim, 
   return std::move(per_worker[0]);
 }
 
+namespace {
+
+// Fewer rows than this take exact_scan: packing every centroid would cost more than it saves.
+constexpr std::size_t kNearestGemmMinRows = 16;
+
+void nearest_centroids_with(const KernelChoice& kernels, const float* rows, std::size_t count,
+                            const float* centroids, const float* centroid_norms, std::size_t nlist,
+                            std::size_t dim, std::uint32_t* lists, float* distances, int threads,
+                            const CancelToken* cancel) {
+  if (count == 0 || nlist == 0) return;
+  if (count < kNearestGemmMinRows || dim == 0) {
+    RowBlock centroid_block{centroids, centroid_norms, nlist, 0, nullptr};
+    auto found = exact_scan({&centroid_block, 1}, dim, Metric::kL2, rows, count, 1, nullptr,
+                            threads, cancel);
+    if (is_cancelled(cancel)) return;
+    for (std::size_t i = 0; i < count; ++i) {
+      lists[i] = static_cast<std::uint32_t>(found[i].items()[0].position);
+      if (distances != nullptr) distances[i] = found[i].items()[0].distance;
+    }
+    return;
+  }
+  const std::size_t nr = kernels.nearest_nr;
+  const std::size_t padded_nlist = (nlist + nr - 1) / nr * nr;
+  std::vector<float> packed(padded_nlist * dim, 0.0f);
+  for (std::size_t c = 0; c < nlist; ++c) {
+    float* out = packed.data() + c / nr * nr * dim + c % nr;
+    const float* in = centroids + c * dim;
+    for (std::size_t k = 0; k < dim; ++k) out[k * nr] = in[k];
+  }
+  std::vector<float> padded_norms(padded_nlist, __builtin_inff());
+  std::copy_n(centroid_norms, nlist, padded_norms.data());
+  const NearestJob job{rows, count, packed.data(), padded_norms.data(), nlist, padded_nlist,
+                       dim,  lists, distances};
+  const std::size_t tasks = (count + kNearestRowBlock - 1) / kNearestRowBlock;
+  double work = double(count) * double(nlist) * double(dim);
+  int workers = work < kParallelMinWork ? 1 : resolve_threads(threads);
+  workers = static_cast<int>(std::min<std::size_t>(tasks, static_cast<std::size_t>(workers)));
+  std::vector<NearestScratch> scratch(static_cast<std::size_t>(workers));
+  parallel_for(tasks, workers, [&](std::size_t task, int worker) {
+    if (is_cancelled(cancel)) return;
+    kernels.nearest_rows(job, task * kNearestRowBlock, scratch[worker]);
+  });
+}
+
+}  // namespace
+
+void nearest_centroids(const float* rows, std::size_t count, const float* centroids,
+                       const float* centroid_norms, std::size_t nlist, std::size_t dim,
+                       std::uint32_t* lists, float* distances, int threads,
+                       const CancelToken* cancel) {
+  nearest_centroids_with(kKernels, rows, count, centroids, centroid_norms, nlist, dim, lists,
+                         distances, threads, cancel);
+}
+
+void nearest_centroids_portable(const float* rows, std::size_t count, const float* centroids,
+                                const float* centroid_norms, std::size_t nlist, std::size_t dim,
+                                std::uint32_t* lists, float* distances, int threads,
+                                const CancelToken* cancel) {
+  nearest_centroids_with(kPortableKernels, rows, count, centroids, centroid_norms, nlist, dim,
+                         lists, distances, threads, cancel);
+}
+
 std::size_t default_nlist(std::size_t rows) {
   std::size_t nlist = 1;
   while (nlist * nlist < 16 * rows) nlist *= 2;  // about 4*sqrt(rows)
@@ -389,30 +625,41 @@ std::vector<float> kmeans_cpu(const float* sample, std::size_t count, std::size_
   std::vector<float> centroids(sample, sample + nlist * dim);
   std::vector<float> centroid_norms(nlist);
   std::vector<std::uint32_t> assignment(count);
+  std::vector<std::size_t> counts(nlist), offsets(nlist + 1, 0), cursor(nlist), members(count);
+  constexpr std::size_t kListsPerTask = 16;
+  const int update_workers =
+      double(count) * double(dim) < kParallelMinWork ? 1 : resolve_threads(threads);
+  std::vector<std::vector<double>> sums(static_cast<std::size_t>(update_workers),
+                                        std::vector<double>(dim));
   for (int iteration = 0; iteration < iterations; ++iteration) {
     if (is_cancelled(cancel)) return centroids;
     squared_norms(centroids.data(), nlist, dim, centroid_norms.data());
-    RowBlock centroid_block{centroids.data(), centroid_norms.data(), nlist, 0, nullptr};
-    auto nearest = exact_scan({&centroid_block, 1}, dim, Metric::kL2, sample, count, 1, nullptr,
-                              threads, cancel);
+    nearest_centroids(sample, count, centroids.data(), centroid_norms.data(), nlist, dim,
+                      assignment.data(), nullptr, threads, cancel);
     if (is_cancelled(cancel)) return centroids;  // the assignment is incomplete
-    for (std::size_t i = 0; i < count; ++i) {
-      assignment[i] = static_cast<std::uint32_t>(nearest[i].items()[0].position);
-    }
-    std::vector<double> sums(nlist * dim, 0.0);
-    std::vector<std::size_t> counts(nlist, 0);
-    for (std::size_t i = 0; i < count; ++i) {
-      double* sum = &sums[assignment[i] * dim];
-      const float* x = sample + i * dim;
-      for (std::size_t t = 0; t < dim; ++t) sum[t] += x[t];
-      ++counts[assignment[i]];
-    }
-    for (std::size_t c = 0; c < nlist; ++c) {
-      if (counts[c] == 0) continue;
-      for (std::size_t t = 0; t < dim; ++t) {
-        centroids[c * dim + t] = static_cast<float>(sums[c * dim + t] / double(counts[c]));
+    // Each list's rows in row order (a counting sort), so lists can be summed in parallel with
+    // the same float64 sums, in the same order, on any thread count.
+    std::fill(counts.begin(), counts.end(), 0);
+    for (std::size_t i = 0; i < count; ++i) ++counts[assignment[i]];
+    for (std::size_t c = 0; c < nlist; ++c) offsets[c + 1] = offsets[c] + counts[c];
+    std::copy(offsets.begin(), offsets.end() - 1, cursor.begin());
+    for (std::size_t i = 0; i < count; ++i) members[cursor[assignment[i]]++] = i;
+    const std::size_t list_tasks = (nlist + kListsPerTask - 1) / kListsPerTask;
+    parallel_for(list_tasks, update_workers, [&](std::size_t task, int worker) {
+      std::vector<double>& sum = sums[static_cast<std::size_t>(worker)];
+      for (std::size_t c = task * kListsPerTask; c < std::min(nlist, (task + 1) * kListsPerTask);
+           ++c) {
+        if (counts[c] == 0) continue;
+        std::fill(sum.begin(), sum.end(), 0.0);
+        for (std::size_t m = offsets[c]; m < offsets[c + 1]; ++m) {
+          const float* x = sample + members[m] * dim;
+          for (std::size_t t = 0; t < dim; ++t) sum[t] += x[t];
+        }
+        for (std::size_t t = 0; t < dim; ++t) {
+          centroids[c * dim + t] = static_cast<float>(sum[t] / double(counts[c]));
+        }
       }
-    }
+    });
     split_empty_lists(centroids.data(), counts.data(), nlist, dim);
   }
   return centroids;
@@ -440,12 +687,12 @@ double kmeans_inertia(const float* rows, std::size_t count, std::size_t dim, con
                       std::size_t nlist, int threads) {
   std::vector<float> centroid_norms(nlist);
   squared_norms(centroids, nlist, dim, centroid_norms.data());
-  RowBlock centroid_block{centroids, centroid_norms.data(), nlist, 0, nullptr};
-  auto nearest =
-      exact_scan({&centroid_block, 1}, dim, Metric::kL2, rows, count, 1, nullptr, threads);
+  std::vector<std::uint32_t> nearest(count);
+  nearest_centroids(rows, count, centroids, centroid_norms.data(), nlist, dim, nearest.data(),
+                    nullptr, threads);
   double total = 0;
   for (std::size_t i = 0; i < count; ++i) {
-    const float* c = centroids + nearest[i].items()[0].position * dim;
+    const float* c = centroids + std::size_t{nearest[i]} * dim;
     double d = 0;
     for (std::size_t t = 0; t < dim; ++t) {
       double diff = double(rows[i * dim + t]) - double(c[t]);
@@ -470,14 +717,8 @@ IvfFlat IvfFlat::with_centroids(std::vector<float> centroids, std::size_t dim, M
 
 void IvfFlat::nearest(const float* rows, std::size_t count, std::uint32_t* lists, float* distances,
                       int threads, const CancelToken* cancel) const {
-  RowBlock centroid_block{centroids_.data(), centroid_norms_.data(), nlist(), 0, nullptr};
-  auto found =
-      exact_scan({&centroid_block, 1}, dim_, Metric::kL2, rows, count, 1, nullptr, threads, cancel);
-  if (is_cancelled(cancel)) return;  // `found` is incomplete
-  for (std::size_t i = 0; i < count; ++i) {
-    lists[i] = static_cast<std::uint32_t>(found[i].items()[0].position);
-    if (distances != nullptr) distances[i] = found[i].items()[0].distance;
-  }
+  nearest_centroids(rows, count, centroids_.data(), centroid_norms_.data(), nlist(), dim_, lists,
+                    distances, threads, cancel);
 }
 
 void IvfFlat::append(std::uint32_t list, const float* vector, float norm, std::uint64_t position) {

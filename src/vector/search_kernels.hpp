@@ -102,6 +102,21 @@ std::vector<TopK> exact_scan(std::span<const RowBlock> blocks, std::size_t dim, 
                              const AllowMask* mask, int threads,
                              const CancelToken* cancel = nullptr);
 
+// The nearest centroid (squared L2, ties to the lower index) of each of `count` rows [count, dim]
+// among `nlist` centroids [nlist, dim] with squared norms `centroid_norms`: lists[i] and, where
+// `distances` is not null, distances[i] (as distance_from_dot computes it). A cache-blocked GEMM
+// with the widest register tile the CPU supports (k-means' assignment step); fewer than 16 rows
+// take exact_scan. Once `cancel` (may be null) is set, returns early with the outputs unfilled.
+void nearest_centroids(const float* rows, std::size_t count, const float* centroids,
+                       const float* centroid_norms, std::size_t nlist, std::size_t dim,
+                       std::uint32_t* lists, float* distances, int threads,
+                       const CancelToken* cancel = nullptr);
+// The same with the portable 4-wide tile; what nearest_centroids runs without x86 SIMD.
+void nearest_centroids_portable(const float* rows, std::size_t count, const float* centroids,
+                                const float* centroid_norms, std::size_t nlist, std::size_t dim,
+                                std::uint32_t* lists, float* distances, int threads,
+                                const CancelToken* cancel = nullptr);
+
 // The IVF list count used when IvfParams::nlist is 0: about 4*sqrt(rows), a power of two.
 std::size_t default_nlist(std::size_t rows);
 
