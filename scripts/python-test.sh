@@ -24,6 +24,16 @@ venv=.venv
 # Build requirements live in the venv, so repeated installs need no network and no isolation.
 "$venv/bin/python" -c 'import scikit_build_core, nanobind, numpy, pytest' 2>/dev/null ||
   "$venv/bin/pip" install -q 'scikit-build-core>=0.10' 'nanobind>=2.4' 'numpy>=1.24' 'pytest>=7'
+# scikit-build-core sets CC/CXX from Python's sysconfig (e.g. "g++") when they are unset, while
+# CMake picks /usr/bin/c++ for build/; ccache keys on the compiler's path, so the package build
+# would recompile every C++ object. Use build/'s compilers so it reuses build/'s objects.
+if [ -f build/CMakeCache.txt ]; then
+  for lang in C CXX; do
+    [ -z "${!lang:-}" ] || continue
+    compiler=$(sed -n "s/^CMAKE_${lang}_COMPILER:[A-Z]*=//p" build/CMakeCache.txt)
+    if [ -n "$compiler" ]; then export "$lang=$compiler"; fi
+  done
+fi
 start=$(date +%s)
 nice "$venv/bin/pip" install -q --no-build-isolation --no-deps .
 echo "python-test: pip install . took $(( $(date +%s) - start )) s" >&2
