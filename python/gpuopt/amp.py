@@ -29,6 +29,7 @@ See docs/amp.md.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import warnings
@@ -66,6 +67,21 @@ class _GradientList:
     @property
     def empty(self) -> bool:
         return self.device is None
+
+
+@functools.lru_cache(maxsize=64)
+def _signature_takes_grad_scaler(step: Any) -> bool:
+    return "grad_scaler" in inspect.signature(step).parameters
+
+
+def _takes_grad_scaler(step: Any) -> bool:
+    """Whether an optimizer's step() takes ``grad_scaler`` (as torch's GradScaler.step asks).
+    inspect.signature costs tens of microseconds per call, so the answer is cached per function
+    (the bound method's __func__; a step that is not a plain method is inspected every time)."""
+    function = getattr(step, "__func__", None)
+    if function is None:
+        return "grad_scaler" in inspect.signature(step).parameters
+    return _signature_takes_grad_scaler(function)
 
 
 def _is_dense(tensor: torch.Tensor) -> bool:
@@ -160,47 +176,60 @@ class GradScaler(torch.amp.GradScaler):
 
     def _collect(self, optimizer: torch.optim.Optimizer, allow_fp16: bool) -> _GradientList:
         """The optimizer's gradients, checked: fp16 refused as torch does (unless allow_fp16),
-        sparse and multi-device gradients refused with the parameter named."""
+        sparse and multi-device gradients refused with the parameter named.
+
+        Runs once per unscale on every gradient, so each tensor attribute is read once (a torch
+        attribute read costs a C++ call) and the parameter's name is formatted only for an error.
+        """
         gradients = _GradientList()
-        devices: set[torch.device] = set()
         native = self._native_usable()
+        float16, bfloat16, strided = torch.float16, torch.bfloat16, torch.strided
+        codes = _DTYPE_CODES
+        pointers, counts, dtypes = gradients.pointers, gradients.counts, gradients.dtypes
+        native_tensors, other = gradients.native_tensors, gradients.other
+        device: torch.device | None = None
+        on_cuda = False
         for group_index, group in enumerate(optimizer.param_groups):
             for param_index, param in enumerate(group["params"]):
                 grad = param.grad
                 if grad is None:
                     continue
-                if (not allow_fp16) and grad.dtype == torch.float16:
+                dtype = grad.dtype
+                if dtype is float16 and not allow_fp16:
                     raise ValueError("Attempting to unscale FP16 gradients.")
-                if grad.dtype == torch.bfloat16 and grad.device.type == "cuda":
+                grad_device = grad.device
+                if dtype is bfloat16 and grad_device.type == "cuda":
                     # torch's CUDA unscale has no bf16 kernel (NotImplementedError): refuse as it
                     # does, so a loop behaves the same with either scaler.
                     raise NotImplementedError(
                         "Attempting to unscale BFloat16 gradients on CUDA: torch.amp.GradScaler "
                         "does not implement it either; keep AMP gradients in float32"
                     )
-                where = f"param_groups[{group_index}]['params'][{param_index}]"
-                if grad.is_sparse or grad.layout != torch.strided:
+                if grad.layout is not strided:
+                    where = f"param_groups[{group_index}]['params'][{param_index}]"
                     raise InvalidArgumentError(
                         f"{where}: gradient with layout {grad.layout}; gpuopt.amp.GradScaler "
                         "takes dense gradients only (torch.amp.GradScaler handles sparse ones)"
                     )
-                devices.add(grad.device)
-                if len(devices) > 1:
-                    names = ", ".join(sorted(str(d) for d in devices))
+                if device is None:
+                    device = grad_device
+                    on_cuda = device.type == "cuda"
+                elif grad_device != device:
+                    where = f"param_groups[{group_index}]['params'][{param_index}]"
+                    names = ", ".join(sorted(str(d) for d in (device, grad_device)))
                     raise InvalidArgumentError(
                         f"{where}: the optimizer's gradients are on several devices ({names}); "
                         "gpuopt.amp.GradScaler takes one device per optimizer"
                     )
-                gradients.device = grad.device
-                if native and grad.device.type == "cuda" and grad.dtype in _DTYPE_CODES and (
-                    _is_dense(grad)
-                ):
-                    gradients.pointers.append(grad.data_ptr())
-                    gradients.counts.append(grad.numel())
-                    gradients.dtypes.append(_DTYPE_CODES[grad.dtype])
-                    gradients.native_tensors.append(grad)
+                code = codes.get(dtype)
+                if native and on_cuda and code is not None and _is_dense(grad):
+                    pointers.append(grad.data_ptr())
+                    counts.append(grad.numel())
+                    dtypes.append(code)
+                    native_tensors.append(grad)
                 else:
-                    gradients.other[grad.dtype].append(grad)
+                    other[dtype].append(grad)
+        gradients.device = device
         return gradients
 
     def _native_usable(self) -> bool:
@@ -308,7 +337,7 @@ class GradScaler(torch.amp.GradScaler):
         optimizer_state = self._per_optimizer_states[id(optimizer)]
         self._check_stage_for_unscale(optimizer_state, "unscale_and_clip_()")
         fused = getattr(optimizer, "_step_supports_amp_scaling", False) and (
-            "grad_scaler" not in inspect.signature(optimizer.step).parameters
+            not _takes_grad_scaler(optimizer.step)
         )
         defer = fused if defer_to_optimizer is None else bool(defer_to_optimizer)
         if defer and not fused:
@@ -409,7 +438,7 @@ class GradScaler(torch.amp.GradScaler):
 
         if getattr(optimizer, "_step_supports_amp_scaling", False):
             kwargs_ = kwargs
-            has_grad_scaler_kwarg = "grad_scaler" in inspect.signature(optimizer.step).parameters
+            has_grad_scaler_kwarg = _takes_grad_scaler(optimizer.step)
             if has_grad_scaler_kwarg:
                 warnings.warn(
                     "GradScaler is going to stop passing itself as a keyword argument to the "
