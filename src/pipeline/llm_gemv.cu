@@ -69,13 +69,38 @@ __device__ __forceinline__ float warp_sum_fixed(float v) {
   return v;
 }
 
+// 16-byte asynchronous copy global -> shared (sm_80+), bypassing L1: the x rows are staged without
+// passing through registers.
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
+  const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+}
+__device__ __forceinline__ void copy_async_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// One warp's staged x for one quantization group: rows [kRows][128 k] (+ padding so that the B
+// fragment reads of the eight rows g = 0..7 fall in distinct banks), fp32 residual for kNormed,
+// fp16 x for kHalf. The same bytes hold the warp's fp32 sums [kRows][64] after the main loop.
+template <int kRows, GemvInput kIn>
+struct GemvStage {
+  static constexpr int kFloatStride = kGemvGroupK + 8;  // fp32 row: 136 floats
+  static constexpr int kHalfStride = kGemvGroupK + 8;   // fp16 row: 136 halves
+  static constexpr int kXBytes =
+      kIn == GemvInput::kNormed ? kRows * kFloatStride * 4 : kRows * kHalfStride * 2;
+  static constexpr int kSumBytes = kRows * 64 * 4;
+  static constexpr int kBytes = kXBytes > kSumBytes ? kXBytes : kSumBytes;
+};
+
 template <int kN8, GemvInput kIn, GemvOutput kOut>
-__global__ void __launch_bounds__(32 * kGemvWarps) k_llm_gemv(const GemvArgs a) {
+__global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(const GemvArgs a) {
   constexpr int kParts = kOut == GemvOutput::kSiluPair ? 2 : 1;
   constexpr int kWarpsPerStrip = kGemvWarps / kParts;
   constexpr int kRows = 8 * kN8;
-  __shared__ float reduce[kGemvWarps][kRows][64];
+  using Stage = GemvStage<kRows, kIn>;
+  __shared__ __align__(16) unsigned char stage[kGemvWarps][Stage::kBytes];
   __shared__ float final_sums[kParts][kRows][64];
+  __shared__ float inv_rows[kRows];
   __shared__ int is_last;
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -109,38 +134,76 @@ __global__ void __launch_bounds__(32 * kGemvWarps) k_llm_gemv(const GemvArgs a) 
   pdl_trigger();
   pdl_wait();
 
-  // Inputs: rows 8r + g of the B fragments.
+  // The group's x rows < M into this warp's stage, 16 bytes per lane per copy: a fp32 row of the
+  // group is 32 lanes x 4 floats, a fp16 row 16 lanes x 8 halves (two rows per copy).
+  const int m = a.m;
+  unsigned char* const my_stage = stage[warp];
+  auto stage_x = [&](int grp) {
+    const int k0 = grp * kGemvGroupK;
+    if constexpr (kIn == GemvInput::kNormed) {
+      float* xs = reinterpret_cast<float*>(my_stage);
+#pragma unroll
+      for (int row = 0; row < kRows; ++row) {
+        if (row < m) {
+          copy_async_16(xs + row * Stage::kFloatStride + 4 * lane,
+                        a.residual + static_cast<std::size_t>(row) * a.k + k0 + 4 * lane);
+        }
+      }
+    } else {
+      __half* xs = reinterpret_cast<__half*>(my_stage);
+      const __half* x = static_cast<const __half*>(a.x);
+#pragma unroll
+      for (int pair = 0; pair < kRows / 2; ++pair) {
+        const int row = 2 * pair + lane / 16;
+        if (row < m) {
+          copy_async_16(xs + row * Stage::kHalfStride + 8 * (lane % 16),
+                        x + static_cast<std::size_t>(row) * a.k + k0 + 8 * (lane % 16));
+        }
+      }
+    }
+  };
+  if (group < g1) stage_x(group);
+
+  // RMSNorm: 1/rms of each row from the hidden/64 partial sums of squares, row r by warp r % 4,
+  // lane l adding partials l, l + 32, ... in order, then a fixed butterfly (the same bits for a row
+  // whatever M or the block).
+  if constexpr (kIn == GemvInput::kNormed) {
+    const int partials = a.k / kSsqColumns;
+    for (int row = warp; row < m; row += kGemvWarps) {
+      float sum = 0.0f;
+      for (int p = lane; p < partials; p += 32) {
+        sum = __fadd_rn(sum, a.ssq[static_cast<std::size_t>(p) * a.ssq_stride + row]);
+      }
+      sum = warp_sum_fixed(sum);
+      if (lane == 0)
+        inv_rows[row] = rsqrtf(__fadd_rn(__fdiv_rn(sum, static_cast<float>(a.k)), a.eps));
+    }
+  }
+  copy_async_wait_all();
+  __syncthreads();  // inv_rows, and every lane's staged x, visible to the warp
+
   float inv[kN8];
-  const std::uint32_t* x_rows[kN8];
-  const float* residual_rows[kN8];
+  bool live[kN8];
 #pragma unroll
   for (int r = 0; r < kN8; ++r) {
     const int row = 8 * r + g;
+    live[r] = row < m;
     inv[r] = 0.0f;
-    x_rows[r] = nullptr;
-    residual_rows[r] = nullptr;
-    if (row < a.m) {
-      if constexpr (kIn == GemvInput::kNormed) {
-        float sum = 0.0f;
-        for (int p = 0; p < a.k / kSsqColumns; ++p) {
-          sum = __fadd_rn(sum, a.ssq[static_cast<std::size_t>(p) * a.ssq_stride + row]);
-        }
-        inv[r] = rsqrtf(__fadd_rn(__fdiv_rn(sum, static_cast<float>(a.k)), a.eps));
-        residual_rows[r] = a.residual + static_cast<std::size_t>(row) * a.k;
-      } else {
-        x_rows[r] = reinterpret_cast<const std::uint32_t*>(static_cast<const __half*>(a.x) +
-                                                           static_cast<std::size_t>(row) * a.k);
-      }
+    if constexpr (kIn == GemvInput::kNormed) {
+      if (live[r]) inv[r] = inv_rows[row];
     }
   }
-  auto load_b = [&](int r, int k) -> std::uint32_t {  // k even: x[row][k], x[row][k + 1]
+  // B fragment word: x[row][k], x[row][k + 1] (k even) from the stage, normalised as fp16.
+  auto load_b = [&](int r, int k) -> std::uint32_t {
+    if (!live[r]) return 0u;
+    const int row = 8 * r + g;
     if constexpr (kIn == GemvInput::kNormed) {
-      if (residual_rows[r] == nullptr) return 0u;
-      const float2 v = *reinterpret_cast<const float2*>(residual_rows[r] + k);
+      const float2 v = *reinterpret_cast<const float2*>(reinterpret_cast<const float*>(my_stage) +
+                                                        row * Stage::kFloatStride + k);
       return half2_bits(__floats2half2_rn(__fmul_rn(v.x, inv[r]), __fmul_rn(v.y, inv[r])));
     } else {
-      if (x_rows[r] == nullptr) return 0u;
-      return x_rows[r][k / 2];
+      return *reinterpret_cast<const std::uint32_t*>(reinterpret_cast<const __half*>(my_stage) +
+                                                     row * Stage::kHalfStride + k);
     }
   };
 
@@ -162,16 +225,6 @@ __global__ void __launch_bounds__(32 * kGemvWarps) k_llm_gemv(const GemvArgs a) 
       }
       scale_next = __ldg(scales + following * scale_stride);
     }
-    std::uint32_t b[8][kN8][2];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int k = group * kGemvGroupK + i * 16 + 2 * c;
-#pragma unroll
-      for (int r = 0; r < kN8; ++r) {
-        b[i][r][0] = load_b(r, k);
-        b[i][r][1] = load_b(r, k + 8);
-      }
-    }
     float group_acc[kN8][4][4];
 #pragma unroll
     for (int r = 0; r < kN8; ++r) {
@@ -183,14 +236,24 @@ __global__ void __launch_bounds__(32 * kGemvWarps) k_llm_gemv(const GemvArgs a) 
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
+      std::uint32_t b[kN8][2];
+#pragma unroll
+      for (int r = 0; r < kN8; ++r) {
+        b[r][0] = load_b(r, i * 16 + 2 * c);
+        b[r][1] = load_b(r, i * 16 + 2 * c + 8);
+      }
       const std::uint32_t words[4] = {current[i].x, current[i].y, current[i].z, current[i].w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         std::uint32_t frag[4];
         dequantize(words[j], frag);
 #pragma unroll
-        for (int r = 0; r < kN8; ++r) mma_16816(group_acc[r][j], frag, b[i][r]);
+        for (int r = 0; r < kN8; ++r) mma_16816(group_acc[r][j], frag, b[r]);
       }
+    }
+    if (following < g1) {
+      __syncwarp();  // every lane has read this group's x
+      stage_x(following);
     }
     const std::uint32_t scale_words[4] = {scale_current.x, scale_current.y, scale_current.z,
                                           scale_current.w};
@@ -212,8 +275,12 @@ __global__ void __launch_bounds__(32 * kGemvWarps) k_llm_gemv(const GemvArgs a) 
 #pragma unroll
       for (int i = 0; i < 8; ++i) current[i] = next[i];
       scale_current = scale_next;
+      copy_async_wait_all();
+      __syncwarp();  // the next group's x visible to every lane
     }
   }
+  __syncwarp();  // the stage's x is read; it now takes the warp's sums
+  float(*reduce_rows)[64] = reinterpret_cast<float(*)[64]>(my_stage);
 
   // D fragment: c0/c1 at (column 16j + g, rows 8r + 2c, 2c + 1), c2/c3 at column 16j + 8 + g.
 #pragma unroll
@@ -222,22 +289,23 @@ __global__ void __launch_bounds__(32 * kGemvWarps) k_llm_gemv(const GemvArgs a) 
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        reduce[warp][8 * r + 2 * c + (e & 1)][16 * j + g + 8 * (e >> 1)] = acc[r][j][e];
+        reduce_rows[8 * r + 2 * c + (e & 1)][16 * j + g + 8 * (e >> 1)] = acc[r][j][e];
       }
     }
   }
   __syncthreads();
 
-  const int m = a.m;
   const int elements = kParts * m * 64;
   for (int idx = threadIdx.x; idx < elements; idx += blockDim.x) {
     const int p = idx / (m * 64);
     const int rest = idx - p * m * 64;
     const int row = rest / 64, col = rest % 64;
-    float v = reduce[p * kWarpsPerStrip][row][col];
+    auto sums = [&](int w) {
+      return reinterpret_cast<const float(*)[64]>(stage[p * kWarpsPerStrip + w])[row][col];
+    };
+    float v = sums(0);
 #pragma unroll
-    for (int w = 1; w < kWarpsPerStrip; ++w)
-      v = __fadd_rn(v, reduce[p * kWarpsPerStrip + w][row][col]);
+    for (int w = 1; w < kWarpsPerStrip; ++w) v = __fadd_rn(v, sums(w));
     final_sums[p][row][col] = v;
   }
   if (splits > 1) {
@@ -351,6 +419,12 @@ Status launch_gemv(GemvInput input, GemvOutput output, const GemvArgs& a, bool p
     return bad("residual output needs residual_out, ssq_out and ssq_stride >= M");
   }
   if (output != GemvOutput::kResidual && a.y == nullptr) return bad("no y");
+  // The x rows are staged with 16-byte copies.
+  const void* rows = input == GemvInput::kHalf ? a.x : static_cast<const void*>(a.residual);
+  if (reinterpret_cast<std::uintptr_t>(rows) % 16 != 0) {
+    return bad(std::string(input == GemvInput::kHalf ? "x" : "residual") +
+               " not 16-byte aligned");
+  }
   auto stream = static_cast<cudaStream_t>(stream_handle);
   if (input == GemvInput::kHalf) {
     switch (output) {

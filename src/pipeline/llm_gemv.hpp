@@ -14,7 +14,9 @@ struct CUstream_st;
 
 namespace gpuopt::pipeline::llm_detail {
 
-inline constexpr int kGemvWarps = 4;     // warps per block
+inline constexpr int kGemvWarps = 4;  // warps per block
+inline constexpr int kGemvBlocksPerSm =
+    3;  // resident blocks per SM the kernel is built and planned for
 inline constexpr int kGemvMaxRows = 16;  // M at most (two n8 mma tiles)
 inline constexpr int kGemvGroupK = 128;  // k per quantization group = k per warp step
 inline constexpr int kSsqColumns = 64;   // columns behind one sum-of-squares partial
@@ -40,7 +42,8 @@ struct GemvPlan {
     return splits > 1 ? static_cast<std::size_t>(splits) * max_rows * n : 0;
   }
 };
-// K a multiple of 128, N of 64 (of 128 when `pair`); sms > 0. `target_blocks`: 0 = 4 per SM.
+// K a multiple of 128, N of 64 (of 128 when `pair`); sms > 0. `target_blocks`: 0 = kGemvBlocksPerSm
+// per SM, one wave.
 GemvPlan plan_gemv(int k, int n, bool pair, int sms, int target_blocks = 0);
 
 struct GemvArgs {

@@ -13,8 +13,10 @@ GemvPlan plan_gemv(int k, int n, bool pair, int sms, int target_blocks) {
   const int warps_per_strip = kGemvWarps / plan.parts;
   // At most one k-range per warp's group: more splits would leave warps without work.
   const int max_splits = std::max(1, (groups + warps_per_strip - 1) / warps_per_strip);
-  const int target = target_blocks > 0 ? target_blocks : 4 * std::max(sms, 1);
-  const int wanted = (target + plan.items - 1) / std::max(plan.items, 1);
+  // One wave: as many splits as keep every block resident at once (a second, partial wave would
+  // pay the whole load-latency chain again for a few blocks).
+  const int target = target_blocks > 0 ? target_blocks : kGemvBlocksPerSm * std::max(sms, 1);
+  const int wanted = target / std::max(plan.items, 1);
   plan.splits = std::clamp(wanted, 1, max_splits);
   return plan;
 }

@@ -355,7 +355,7 @@ TEST_F(LlmGpu, DecodeGemmMatchesTheReferenceAndIsRowIndependent) {
                            GemvCase::kHalfToResidual, GemvCase::kNormedToSiluPair}) {
       const bool pair = which == GemvCase::kNormedToSiluPair;
       // splits = 1 (one block per item), the planner's choice for a 132-SM device, and the most.
-      for (int target : {1, 528, 1 << 20}) {
+      for (int target : {1, llm_detail::kGemvBlocksPerSm * 132, 1 << 20}) {
         const llm_detail::GemvPlan plan =
             llm_detail::plan_gemv(shape.k, shape.n, pair, 132, target);
         SCOPED_TRACE(std::string(gemv_case_name(which)) + ", K=" + std::to_string(shape.k) +

@@ -75,8 +75,8 @@ TEST(LlmGemvPlan, CoversTheLayerAndGivesEveryWarpWork) {
   }
   EXPECT_EQ(plan_gemv(2048, 3072, false, 132).splits, 4);    // qkv: 48 strips, 16 groups / 4 warps
   EXPECT_EQ(plan_gemv(2048, 2048, false, 132).splits, 4);    // o
-  EXPECT_EQ(plan_gemv(2048, 16384, true, 132).splits, 5);    // gate/up: 128 pairs, ceil(528/128)
-  EXPECT_EQ(plan_gemv(8192, 2048, false, 132).splits, 16);   // down: 64 groups / 4 warps
+  EXPECT_EQ(plan_gemv(2048, 16384, true, 132).splits, 3);    // gate/up: 128 pairs, 396 / 128
+  EXPECT_EQ(plan_gemv(8192, 2048, false, 132).splits, 12);   // down: 32 strips, 396 / 32
   EXPECT_EQ(plan_gemv(2048, 128256, false, 132).splits, 1);  // lm_head: 2004 strips fill the GPU
   EXPECT_EQ(plan_gemv(2048, 3072, false, 132, 1).splits, 1);
 }
