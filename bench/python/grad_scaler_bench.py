@@ -17,6 +17,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 import warnings
 
 import torch
@@ -37,6 +38,37 @@ def time_ms(setup, work, repeats: int, warmup: int) -> list[float]:
         if i >= warmup:
             samples.append(start.elapsed_time(end))
     return samples
+
+
+def split_ms(setup, work, calls: int = 10) -> dict[str, float]:
+    """Where one call's time goes: the device time of the kernels work() launches (a profile of
+    setup() + work() less one of setup() alone, per call) and the host time of work() itself
+    (perf_counter, no synchronisation; median)."""
+
+    def kernel_total(with_work: bool) -> float:
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                setup()
+                if with_work:
+                    work()
+            torch.cuda.synchronize()
+        return sum(
+            e.self_device_time_total for e in prof.key_averages() if e.self_device_time_total > 0
+        )
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kernels = (kernel_total(True) - kernel_total(False)) / calls / 1000.0
+    host = []
+    for _ in range(calls):
+        setup()
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        work()
+        host.append((time.perf_counter() - begin) * 1000.0)
+        torch.cuda.synchronize()
+    return {"kernel_ms": kernels, "host_ms": statistics.median(host)}
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -72,6 +104,7 @@ def bench_unscale(args, results):
 
             key = f"unscale_{name}{'_fusedopt' if fused else ''}"
             results[key] = summary(time_ms(reset, unscale, args.repeats, args.warmup))
+            results[key].update(split_ms(reset, unscale))
 
             def clip_work():
                 if name == "torch":
@@ -82,6 +115,7 @@ def bench_unscale(args, results):
 
             key = f"unscale_clip_{name}{'_fusedopt' if fused else ''}"
             results[key] = summary(time_ms(reset, clip_work, args.repeats, args.warmup))
+            results[key].update(split_ms(reset, clip_work))
     # The memory ceiling in the same run: an in-place multiply over the same tensors (the bytes an
     # unscale must move: read and write each gradient once) and a read-only norm (what a pass that
     # defers the multiply into the optimizer moves).
@@ -100,6 +134,12 @@ def bench_unscale(args, results):
         f"_foreach_mul_ {m:.3f} ms ({2 * args.bytes / m / 1e6:.0f} GB/s), read-only "
         f"_foreach_norm {n:.3f} ms ({args.bytes / n / 1e6:.0f} GB/s)"
     )
+    for key, entry in results.items():
+        if "kernel_ms" in entry:
+            print(
+                f"RESULT: amp split {key}: call {entry['median']:.3f} ms, its kernels "
+                f"{entry['kernel_ms']:.3f} ms, host {entry['host_ms']:.3f} ms"
+            )
     for suffix, what in (("", "non-fused optimizer"), ("_fusedopt", "fused AdamW")):
         t = results[f"unscale_torch{suffix}"]["median"]
         g = results[f"unscale_gpuopt{suffix}"]["median"]

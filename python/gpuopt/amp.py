@@ -181,6 +181,9 @@ class GradScaler(torch.amp.GradScaler):
         Runs once per unscale on every gradient, so each tensor attribute is read once (a torch
         attribute read costs a C++ call) and the parameter's name is formatted only for an error.
         """
+        fast = self._collect_uniform(optimizer, allow_fp16)
+        if fast is not None:
+            return fast
         gradients = _GradientList()
         native = self._native_usable()
         float16, bfloat16, strided = torch.float16, torch.bfloat16, torch.strided
@@ -230,6 +233,40 @@ class GradScaler(torch.amp.GradScaler):
                 else:
                     other[dtype].append(grad)
         gradients.device = device
+        return gradients
+
+    def _collect_uniform(
+        self, optimizer: torch.optim.Optimizer, allow_fp16: bool
+    ) -> _GradientList | None:
+        """The common case in one pass per attribute: every gradient a contiguous strided tensor
+        of one dtype the kernels take, on one CUDA device. None for anything else, which
+        _collect's per-tensor walk then sorts out (and names in its errors)."""
+        if not self._native_usable():
+            return None
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
+        grads = [g for g in grads if g is not None]
+        if not grads:
+            return None
+        dtypes = {g.dtype for g in grads}
+        if len(dtypes) != 1:
+            return None
+        dtype = next(iter(dtypes))
+        code = _DTYPE_CODES.get(dtype)
+        if code is None or dtype is torch.bfloat16 or (dtype is torch.float16 and not allow_fp16):
+            return None
+        if {g.layout for g in grads} != {torch.strided}:
+            return None
+        devices = {g.get_device() for g in grads}
+        if len(devices) != 1 or next(iter(devices)) < 0:
+            return None
+        if not all(g.is_contiguous() for g in grads):
+            return None
+        gradients = _GradientList()
+        gradients.device = grads[0].device
+        gradients.pointers = [g.data_ptr() for g in grads]
+        gradients.counts = [g.numel() for g in grads]
+        gradients.dtypes = [code] * len(grads)
+        gradients.native_tensors = grads
         return gradients
 
     def _native_usable(self) -> bool:
@@ -463,8 +500,10 @@ class GradScaler(torch.amp.GradScaler):
                 deferred = optimizer_state.get("grad_scale")
                 if optimizer_state["stage"] is OptState.UNSCALED:
                     # Unscaled already; unless unscale_and_clip_ left it to the optimizer.
-                    grad_scale = deferred if deferred is not None else (
-                        getattr(optimizer, "grad_scale", None)
+                    grad_scale = (
+                        deferred
+                        if deferred is not None
+                        else (getattr(optimizer, "grad_scale", None))
                     )
                 else:
                     user_scale = getattr(optimizer, "grad_scale", None)

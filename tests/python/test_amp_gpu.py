@@ -307,3 +307,57 @@ def test_unscale_twice_raises():
     ours.unscale_(opt)
     with pytest.raises(RuntimeError, match="already been called on this optimizer"):
         ours.unscale_(opt)
+
+
+def _walk_only(scaler: GradScaler, optimizer, allow_fp16: bool):
+    """_collect with its one-pass shortcut turned off: the per-tensor walk alone."""
+    shortcut = scaler._collect_uniform
+    scaler._collect_uniform = lambda *args: None
+    try:
+        return scaler._collect(optimizer, allow_fp16)
+    finally:
+        scaler._collect_uniform = shortcut
+
+
+def _lists(gradients):
+    return (
+        gradients.device,
+        gradients.pointers,
+        gradients.counts,
+        gradients.dtypes,
+        [id(t) for t in gradients.native_tensors],
+        {k: [id(t) for t in v] for k, v in gradients.other.items()},
+    )
+
+
+@pytest.mark.parametrize(
+    "case", ["uniform", "with-none", "fp16", "mixed-dtype", "non-contiguous", "channels-last"]
+)
+def test_the_one_pass_collection_equals_the_per_tensor_walk(case):
+    shapes = [(8, 3, 3, 3), (8,), (5, 4), (5,)]
+    dtypes = [torch.float32] * len(shapes)
+    if case == "fp16":
+        dtypes = [torch.float16] * len(shapes)
+    elif case == "mixed-dtype":
+        dtypes[2] = torch.float16
+    params = [
+        torch.nn.Parameter(torch.randn(shape, device="cuda", dtype=dtype))
+        for shape, dtype in zip(shapes, dtypes)
+    ]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    allow_fp16 = case in ("fp16", "mixed-dtype")
+    if case == "with-none":
+        params[1].grad = None
+    elif case == "non-contiguous":
+        params[2].grad = torch.randn(4, 5, device="cuda").t()
+    elif case == "channels-last":
+        params[0].grad = params[0].grad.contiguous(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(params, lr=0.1)
+    scaler = GradScaler()
+    shortcut = scaler._collect_uniform(opt, allow_fp16)
+    # The shortcut takes only the uniform cases; whatever it takes, it lists as the walk does.
+    assert (shortcut is not None) == (case in ("uniform", "with-none", "fp16"))
+    assert _lists(scaler._collect(opt, allow_fp16)) == _lists(_walk_only(scaler, opt, allow_fp16))
+    if shortcut is not None:
+        assert _lists(shortcut) == _lists(_walk_only(scaler, opt, allow_fp16))
