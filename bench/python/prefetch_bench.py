@@ -1,6 +1,7 @@
 """Consumer wait of a GPU training loop fed by torch's DataLoader against gpuopt.data.
 
     python bench/python/prefetch_bench.py [--batches 240 --workers 8 --step-ms 15 --json OUT]
+                                          [--device cuda|cpu]
 
 One synthetic Dataset for every loader: 4 MB float32 samples (value = index), each produced after
 a sleep that stands for decode work; "constant" sleeps --sample-ms for every sample, "bursty"
@@ -19,6 +20,12 @@ The consumer runs --step-ms of GPU work per batch (torch.cuda._sleep on its stre
 the batch) and synchronises once per step, as a loop that logs its loss does. Consumer wait % =
 time blocked in next() / wall of the loop, after --warmup batches. Every batch's first element is
 checked against its sample index.
+
+`--device cpu` (no GPU needed): the same datasets and loaders with the consumer step a
+time.sleep of --step-ms, torch-pf2/pf8 without pin_memory and gpuopt with device="cpu"; only the
+constant and bursty scenarios run. `--sample-kib 64` keeps the same timing with smaller samples
+where the host cannot move 4 MB samples through the workers' shared memory at the consumer's
+rate (a 2-core machine: the copies, not the sleeps, then decide the wait).
 
 Then H2D throughput of large batches (256 MiB, pageable and pinned sources) through
 gpuopt.data.prefetch against a pinned-host-to-device copy of the same size in the same run (CUDA
@@ -40,7 +47,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import gpuopt.data
 
-SAMPLE_FLOATS = 1 << 20  # 4 MB float32
+SAMPLE_FLOATS = 1 << 20  # 4 MB float32 (--sample-kib changes it)
 
 
 class Synthetic(Dataset):
@@ -49,6 +56,7 @@ class Synthetic(Dataset):
     def __init__(self, count: int, sample_ms: float, stall_every: int = 0, stall_ms: float = 0):
         self.count, self.sample_ms = count, sample_ms
         self.stall_every, self.stall_ms = stall_every, stall_ms
+        self.floats = SAMPLE_FLOATS  # kept here: spawned workers do not see main()'s setting
 
     def __len__(self) -> int:
         return self.count
@@ -56,7 +64,7 @@ class Synthetic(Dataset):
     def __getitem__(self, index: int) -> torch.Tensor:
         stall = self.stall_every and index % self.stall_every == self.stall_every - 1
         time.sleep((self.stall_ms if stall else self.sample_ms) / 1000.0)
-        return torch.full((SAMPLE_FLOATS,), float(index), dtype=torch.float32)
+        return torch.full((self.floats,), float(index), dtype=torch.float32)
 
 
 def cycles_for_ms(ms: float) -> int:
@@ -72,7 +80,16 @@ def cycles_for_ms(ms: float) -> int:
     return int(probe * ms / start.elapsed_time(stop))
 
 
-def consume(batches, cycles: int, batch_size: int, warmup: int, move: bool) -> dict:
+def step(cycles: int | None, seconds: float) -> None:
+    """The consumer's work for one batch: GPU sleep cycles, or a host sleep in CPU mode."""
+    if cycles is None:
+        time.sleep(seconds)
+    else:
+        torch.cuda._sleep(cycles)
+
+
+def consume(batches, cycles: int | None, batch_size: int, warmup: int, move: bool,
+            step_s: float = 0.0) -> dict:
     """Runs the training-loop stand-in; returns wait and wall after the warm-up batches."""
     iterator = iter(batches)
     wait = 0.0
@@ -95,7 +112,7 @@ def consume(batches, cycles: int, batch_size: int, warmup: int, move: bool) -> d
         if move:
             batch = batch.cuda(non_blocking=True)
         head = batch.view(batch.shape[0], -1)[:, 0]  # one value per sample: its index
-        torch.cuda._sleep(cycles)
+        step(cycles, step_s)
         expected = torch.arange(first_index, first_index + batch.shape[0], device=head.device)
         errors += int((head.float() != expected.float()).sum())  # the step's one sync
         first_index += batch.shape[0]
@@ -115,7 +132,7 @@ def consume(batches, cycles: int, batch_size: int, warmup: int, move: bool) -> d
     }
 
 
-def loader_runs(args, cycles: int, scenario: str) -> list[dict]:
+def loader_runs(args, cycles: int | None, scenario: str) -> list[dict]:
     if scenario == "constant":
         dataset = Synthetic(args.batches * args.batch_size, args.sample_ms)
     else:
@@ -124,21 +141,22 @@ def loader_runs(args, cycles: int, scenario: str) -> list[dict]:
         )
     runs = []
     common = dict(batch_size=args.batch_size, num_workers=args.workers, persistent_workers=False)
+    cuda = args.device == "cuda"
     for name, make, move in (
-        ("torch-pf2", lambda: DataLoader(dataset, pin_memory=True, prefetch_factor=2, **common),
-         True),
-        ("torch-pf8", lambda: DataLoader(dataset, pin_memory=True, prefetch_factor=8, **common),
-         True),
+        ("torch-pf2", lambda: DataLoader(dataset, pin_memory=cuda, prefetch_factor=2, **common),
+         cuda),
+        ("torch-pf8", lambda: DataLoader(dataset, pin_memory=cuda, prefetch_factor=8, **common),
+         cuda),
         ("gpuopt", lambda: gpuopt.data.prefetch(
-            DataLoader(dataset, prefetch_factor=2, **common), device="cuda"), False),
+            DataLoader(dataset, prefetch_factor=2, **common), device=args.device), False),
         ("gpuopt-no-ahead", lambda: gpuopt.data.prefetch(
-            DataLoader(dataset, prefetch_factor=2, **common), device="cuda", loader_ahead=False),
-         False),
+            DataLoader(dataset, prefetch_factor=2, **common), device=args.device,
+            loader_ahead=False), False),
     ):
         if name == "gpuopt-no-ahead" and scenario != "bursty":
             continue
         loader = make()
-        result = consume(loader, cycles, args.batch_size, args.warmup, move)
+        result = consume(loader, cycles, args.batch_size, args.warmup, move, args.step_ms / 1000)
         result.update(scenario=scenario, config=name)
         if name.startswith("gpuopt"):
             stats = loader.stats()
@@ -223,6 +241,7 @@ def h2d_runs(args) -> dict:
 
 
 def main() -> None:
+    global SAMPLE_FLOATS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=240)
     parser.add_argument("--warmup", type=int, default=20)
@@ -238,18 +257,27 @@ def main() -> None:
     parser.add_argument("--scratch", default=None, help="folder for the record file")
     parser.add_argument("--only", default="", help="comma list: constant,bursty,native,h2d")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: host-sleep consumer, CPU batches; constant and bursty only")
+    parser.add_argument("--sample-kib", type=int, default=4096,
+                        help="bytes per sample / 1024 (float32)")
     args = parser.parse_args()
+    SAMPLE_FLOATS = args.sample_kib * 1024 // 4
     only = set(filter(None, args.only.split(",")))
-    torch.cuda.init()
-    cycles = cycles_for_ms(args.step_ms)
-    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "args": vars(args), "runs": []}
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.init()
+        cycles = cycles_for_ms(args.step_ms)
+        name = torch.cuda.get_device_name()
+    else:
+        cycles, name = None, f"cpu ({os.cpu_count()} cores)"
+    doc = {"device": name, "torch": torch.__version__, "args": vars(args), "runs": []}
     for scenario in ("constant", "bursty"):
         if not only or scenario in only:
             doc["runs"] += loader_runs(args, cycles, scenario)
-    if not only or "native" in only:
+    if cuda and (not only or "native" in only):
         doc["runs"].append(native_run(args, cycles))
-    if not only or "h2d" in only:
+    if cuda and (not only or "h2d" in only):
         doc["h2d"] = h2d_runs(args)
     text = json.dumps(doc, indent=2)
     if args.json:

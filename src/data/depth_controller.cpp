@@ -57,13 +57,27 @@ std::optional<DepthDecision> DepthController::observe(const WindowObservation& w
                                      "bound {}",
                                      100 * wait_fraction, upper_bound_)};
   }
-  std::size_t grown = std::max(
-      depth_ + 1,
-      static_cast<std::size_t>(std::ceil(static_cast<double>(depth_) * options_.growth_factor)));
-  depth_ = std::min({grown, upper_bound_, std::max(options_.max_depth, options_.min_depth)});
-  return DepthDecision{now_s, batch, depth_,
-                       fmt::format("grow: consumer waited {:.1f}% of the last {} batches",
-                                   100 * wait_fraction, window.batches)};
+  // Grow by the measured deficit: the consumer waited `wait` while each batch took `busy / batches`
+  // of its own time, so about wait / (busy / batches) more batches queued ahead would have covered
+  // the stall. A fixed factor needs several windows (each with its stall) to get there; the factor
+  // stays as the least growth, for waits shorter than one batch of consumer work.
+  std::size_t ceiling = std::min(upper_bound_, std::max(options_.max_depth, options_.min_depth));
+  double by_factor = std::ceil(static_cast<double>(depth_) * options_.growth_factor);
+  double grown = std::max(static_cast<double>(depth_ + 1), by_factor);
+  double deficit = 0;  // batches of consumer work the wait amounted to
+  if (busy_s > 0) {
+    double per_batch_s = busy_s / static_cast<double>(window.batches);
+    // The epsilon keeps an exact multiple (0.27 s of wait at 15 ms a batch) from rounding up.
+    deficit = std::max(0.0, std::ceil(window.consumer_wait_s / per_batch_s - 1e-9));
+    grown = std::max(grown, static_cast<double>(depth_) + deficit);
+  }
+  depth_ =
+      std::max(depth_, static_cast<std::size_t>(std::min(grown, static_cast<double>(ceiling))));
+  return DepthDecision{
+      now_s, batch, depth_,
+      fmt::format("grow: consumer waited {:.1f}% of the last {} batches ({:.0f} ms, "
+                  "{:.0f} batches of consumer work)",
+                  100 * wait_fraction, window.batches, 1000 * window.consumer_wait_s, deficit)};
 }
 
 std::optional<DepthDecision> DepthController::memory_pressure(std::size_t allocated_batches,

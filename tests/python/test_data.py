@@ -156,6 +156,24 @@ def test_adaptive_depth_grows_while_the_consumer_waits_on_a_bursty_source():
     assert any(d["reason"].startswith("grow") for d in stats["depth_timeline"])
 
 
+@pytest.mark.skipif(gpuopt._native.native is None, reason="the depth controller is native")
+def test_the_depth_controller_grows_by_the_waits_deficit_within_its_bounds():
+    native = gpuopt._native.native
+    # 8 batches of 15 ms consumer work and 0.27 s of wait: 18 more batches would have covered it
+    # (x1.5 alone gives 3). Arguments: wall, wait, batches, capacity, pressure, now, batch.
+    window = (8 * 0.015 + 0.27, 0.27, 8)
+    controller = native.DepthController(True, 2, 1, 64, 8, 64)
+    depth, reason = controller.observe(*window, 1000.0, False, 1.0, 8)
+    assert depth == 20 and reason.startswith("grow"), reason
+    by_bound = native.DepthController(True, 2, 1, 64, 8, 12)  # upper bound 12
+    assert by_bound.observe(*window, 1000.0, False, 1.0, 8)[0] == 12
+    by_max = native.DepthController(True, 2, 1, 9, 8, 64)  # max_depth 9
+    assert by_max.observe(*window, 1000.0, False, 1.0, 8)[0] == 9
+    held = native.DepthController(True, 2, 1, 64, 8, 64)
+    depth, reason = held.observe(*window, 50.0, False, 1.0, 8)  # demand 66.7 batches/s
+    assert depth == 2 and "producer-bound" in reason, reason
+
+
 def test_memory_budget_caps_the_depth_and_one_batch_too_many_is_an_error():
     source = [np.zeros(1000, dtype=np.uint8) for _ in range(30)]  # 1000 B per batch
     loader = gdata.prefetch(source, device="cpu", depth=20, memory_budget=5000)

@@ -29,8 +29,10 @@ struct ControllerOptions {
   std::size_t max_depth = 64;
   std::size_t window_batches = 8;     // consumed batches per observation
   double grow_wait_fraction = 0.005;  // grow when the consumer waited more than this in a window
-  double growth_factor = 1.5;         // multiplicative growth (at least +1)
-  double shrink_factor = 0.75;        // under memory pressure (at least -1)
+  // Growth: depth + the window's wait in batches of consumer work (wait / (busy time / batches)),
+  // at least depth x growth_factor and at least +1.
+  double growth_factor = 1.5;
+  double shrink_factor = 0.75;  // under memory pressure (at least -1)
 };
 
 // What the loader measured over one window of consumed batches.
