@@ -169,14 +169,40 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(
   // whatever M or the block).
   if constexpr (kIn == GemvInput::kNormed) {
     const int partials = a.k / kSsqColumns;
-    for (int row = warp; row < m; row += kGemvWarps) {
-      float sum = 0.0f;
-      for (int p = lane; p < partials; p += 32) {
-        sum = __fadd_rn(sum, a.ssq[static_cast<std::size_t>(p) * a.ssq_stride + row]);
+    if constexpr (kN8 == 1) {
+      for (int row = warp; row < m; row += kGemvWarps) {
+        float sum = 0.0f;
+        for (int p = lane; p < partials; p += 32) {
+          sum = __fadd_rn(sum, a.ssq[static_cast<std::size_t>(p) * a.ssq_stride + row]);
+        }
+        sum = warp_sum_fixed(sum);
+        if (lane == 0) {
+          inv_rows[row] = rsqrtf(__fadd_rn(__fdiv_rn(sum, static_cast<float>(a.k)), a.eps));
+        }
       }
-      sum = warp_sum_fixed(sum);
-      if (lane == 0)
-        inv_rows[row] = rsqrtf(__fadd_rn(__fdiv_rn(sum, static_cast<float>(a.k)), a.eps));
+    } else {
+      // Up to 16 rows: a warp's rows side by side, so their loads are in flight together (the
+      // same additions in the same order as one row at a time).
+      constexpr int kRowsPerWarp = kRows / kGemvWarps;
+      float sums[kRowsPerWarp];
+#pragma unroll
+      for (int q = 0; q < kRowsPerWarp; ++q) sums[q] = 0.0f;
+      for (int p = lane; p < partials; p += 32) {
+        const float* column = a.ssq + static_cast<std::size_t>(p) * a.ssq_stride;
+#pragma unroll
+        for (int q = 0; q < kRowsPerWarp; ++q) {
+          const int row = warp + q * kGemvWarps;
+          if (row < m) sums[q] = __fadd_rn(sums[q], column[row]);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kRowsPerWarp; ++q) {
+        const int row = warp + q * kGemvWarps;
+        const float sum = warp_sum_fixed(sums[q]);
+        if (lane == 0 && row < m) {
+          inv_rows[row] = rsqrtf(__fadd_rn(__fdiv_rn(sum, static_cast<float>(a.k)), a.eps));
+        }
+      }
     }
   }
   copy_async_wait_all();
@@ -297,7 +323,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(
 
   const int elements = kParts * m * 64;
   for (int idx = threadIdx.x; idx < elements; idx += blockDim.x) {
-    const int p = idx / (m * 64);
+    const int p = kParts == 2 && idx >= m * 64 ? 1 : 0;
     const int rest = idx - p * m * 64;
     const int row = rest / 64, col = rest % 64;
     auto sums = [&](int w) {
@@ -311,7 +337,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(
   if (splits > 1) {
     // Every split writes its sums; the block that finishes last adds them in split order.
     for (int idx = threadIdx.x; idx < elements; idx += blockDim.x) {
-      const int p = idx / (m * 64);
+      const int p = kParts == 2 && idx >= m * 64 ? 1 : 0;
       const int rest = idx - p * m * 64;
       const int row = rest / 64, col = rest % 64;
       const int column = (item + p * (kParts == 2 ? strips / 2 : 0)) * 64 + col;
@@ -327,17 +353,54 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(
     __syncthreads();
     if (is_last == 0) return;
     __threadfence();
-    for (int idx = threadIdx.x; idx < elements; idx += blockDim.x) {
-      const int p = idx / (m * 64);
-      const int rest = idx - p * m * 64;
-      const int row = rest / 64, col = rest % 64;
-      const int column = (item + p * (kParts == 2 ? strips / 2 : 0)) * 64 + col;
-      float v = __ldcg(a.partials + static_cast<std::size_t>(row) * a.n + column);
-      for (int s = 1; s < splits; ++s) {
-        v = __fadd_rn(v, __ldcg(a.partials +
-                                (static_cast<std::size_t>(s) * kGemvMaxRows + row) * a.n + column));
+    if constexpr (kN8 == 1) {
+      for (int idx = threadIdx.x; idx < elements; idx += blockDim.x) {
+        const int p = kParts == 2 && idx >= m * 64 ? 1 : 0;
+        const int rest = idx - p * m * 64;
+        const int row = rest / 64, col = rest % 64;
+        const int column = (item + p * (kParts == 2 ? strips / 2 : 0)) * 64 + col;
+        float v = __ldcg(a.partials + static_cast<std::size_t>(row) * a.n + column);
+        for (int s = 1; s < splits; ++s) {
+          v = __fadd_rn(
+              v, __ldcg(a.partials + (static_cast<std::size_t>(s) * kGemvMaxRows + row) * a.n +
+                        column));
+        }
+        final_sums[p][row][col] = v;
       }
-      final_sums[p][row][col] = v;
+    } else {
+      // Up to 16 rows: each thread's elements side by side, one L2 round trip per split rather
+      // than per element and split (the same additions in the same order).
+      constexpr int kPerThread = (kParts * kRows * 64 + 32 * kGemvWarps - 1) / (32 * kGemvWarps);
+      float total[kPerThread];
+      std::size_t offset[kPerThread];
+#pragma unroll
+      for (int e = 0; e < kPerThread; ++e) {
+        const int idx = threadIdx.x + e * blockDim.x;
+        const int p = kParts == 2 && idx >= m * 64 ? 1 : 0;
+        const int rest = idx - p * m * 64;
+        const int row = rest / 64, col = rest % 64;
+        const int column = (item + p * (kParts == 2 ? strips / 2 : 0)) * 64 + col;
+        offset[e] = static_cast<std::size_t>(row) * a.n + column;
+        total[e] = idx < elements ? __ldcg(a.partials + offset[e]) : 0.0f;
+      }
+      for (int s = 1; s < splits; ++s) {
+        const float* split_sums = a.partials + static_cast<std::size_t>(s) * kGemvMaxRows * a.n;
+#pragma unroll
+        for (int e = 0; e < kPerThread; ++e) {
+          if (threadIdx.x + e * blockDim.x < elements) {
+            total[e] = __fadd_rn(total[e], __ldcg(split_sums + offset[e]));
+          }
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < kPerThread; ++e) {
+        const int idx = threadIdx.x + e * blockDim.x;
+        if (idx < elements) {
+          const int p = kParts == 2 && idx >= m * 64 ? 1 : 0;
+          const int rest = idx - p * m * 64;
+          final_sums[p][rest / 64][rest % 64] = total[e];
+        }
+      }
     }
     if (threadIdx.x == 0) a.counters[item] = 0;  // ready for the next run
   }
@@ -422,8 +485,7 @@ Status launch_gemv(GemvInput input, GemvOutput output, const GemvArgs& a, bool p
   // The x rows are staged with 16-byte copies.
   const void* rows = input == GemvInput::kHalf ? a.x : static_cast<const void*>(a.residual);
   if (reinterpret_cast<std::uintptr_t>(rows) % 16 != 0) {
-    return bad(std::string(input == GemvInput::kHalf ? "x" : "residual") +
-               " not 16-byte aligned");
+    return bad(std::string(input == GemvInput::kHalf ? "x" : "residual") + " not 16-byte aligned");
   }
   auto stream = static_cast<cudaStream_t>(stream_handle);
   if (input == GemvInput::kHalf) {
