@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -97,6 +98,7 @@ def consume(batches, cycles: int | None, batch_size: int, warmup: int, move: boo
     first_index = 0
     began = None
     errors = 0
+    per_batch = []
     while True:
         t0 = time.perf_counter()
         try:
@@ -105,8 +107,9 @@ def consume(batches, cycles: int | None, batch_size: int, warmup: int, move: boo
             break
         t1 = time.perf_counter()
         if seen == warmup:
-            began, wait = t0, 0.0
+            began, wait, per_batch = t0, 0.0, []
         wait += t1 - t0
+        per_batch.append(t1 - t0)
         if isinstance(batch, (tuple, list)):
             batch = batch[0]
         if move:
@@ -125,6 +128,13 @@ def consume(batches, cycles: int | None, batch_size: int, warmup: int, move: boo
         "wall_s": wall,
         "wait_s": wait,
         "wait_pct": 100.0 * wait / wall if wall > 0 else None,
+        # Is the wait a few stalls or a little on every batch? next()'s time per batch, ms.
+        "wait_per_batch_ms": {
+            "median": 1e3 * statistics.median(per_batch) if per_batch else None,
+            "p90": 1e3 * sorted(per_batch)[int(0.9 * (len(per_batch) - 1))] if per_batch else None,
+            "max": 1e3 * max(per_batch) if per_batch else None,
+            "over_1ms": sum(1 for w in per_batch if w > 1e-3),
+        },
         "batches_per_s": measured / wall if wall > 0 else None,
         "value_errors": errors,
         "samples": first_index,
@@ -304,6 +314,12 @@ def main() -> None:
                    if ahead["active"] else f"loader-ahead inactive: {ahead['reason']}")
             line += (f"; gpuopt max depth {gp['max_depth_reached']}, {cap}, wait {ratio:.1f}x "
                      f"less than pf2, rate {speed:.2f}x of pf2")
+            for r in (gp, pf2):
+                w = r["wait_per_batch_ms"]
+                line += (f"; {r['config']} next() per batch median {w['median']:.3f} ms, p90 "
+                         f"{w['p90']:.3f}, max {w['max']:.1f}, {w['over_1ms']} over 1 ms")
+            reasons = [e.get("reason", "") for e in gp.get("depth_timeline", [])]
+            line += "; gpuopt depth timeline: " + " | ".join(reasons)
         print(line)
     if "h2d" in doc:
         h = doc["h2d"]

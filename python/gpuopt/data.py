@@ -581,7 +581,11 @@ class _Pass:
 
     def _observe(self, now: float) -> None:
         capacity = None
-        if self.busy_s > 0 and self.produced > 0:
+        # The producer's capacity is what reaching the next batch in order has cost: with a
+        # DataLoader whose window loader_ahead widens as the depth grows, a stalled batch counts
+        # in it, yet a deeper queue (a wider window) is exactly what keeps the other workers busy
+        # through the stall. The hold then stays off: depth is bounded by memory and max_depth.
+        if self.busy_s > 0 and self.produced > 0 and not self.ahead.active:
             capacity = self.produced / self.busy_s
         decision = self.controller.observe(
             now - self.window_start,
