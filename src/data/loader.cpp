@@ -715,7 +715,12 @@ StatusOr<std::optional<Batch>> Loader::next_for(double timeout_s) {
     ++s.held;
     ++s.batches;
     s.samples += batch.size();
-    if (++s.window_batches >= std::max<std::size_t>(1, s.options.depth.window_batches)) {
+    if (s.batches == 1) {
+      // Start-up (the workers starting, the first batch made) is not a stall a deeper queue could
+      // have covered: the first window opens when the first batch is handed out.
+      s.window_start = now;
+      s.window_wait_s = 0;
+    } else if (++s.window_batches >= std::max<std::size_t>(1, s.options.depth.window_batches)) {
       s.observe_window_locked(now);
     }
     s.work_cv.notify_all();

@@ -273,6 +273,53 @@ TEST(Loader, MemoryNeverExceedsThePinnedBudget) {
   EXPECT_GT(stats.pinned_bytes_peak, 0u);
 }
 
+// Samples that cost nothing, but the first read waits `startup`: workers that take a while to
+// start (opening files, forking) before a steady, fast stream.
+class SlowStart final : public Dataset {
+ public:
+  SlowStart(std::size_t samples, std::chrono::milliseconds startup)
+      : samples_(samples), startup_(startup) {}
+  std::size_t size() const override { return samples_; }
+  std::size_t sample_bytes() const override { return 64; }
+  Status read(std::size_t index, std::span<std::byte> out) override {
+    if (!started_.exchange(true)) std::this_thread::sleep_for(startup_);
+    std::memset(out.data(), static_cast<int>(index & 0xff), out.size());
+    return ok_status();
+  }
+  std::string describe() const override { return "slow start"; }
+
+ private:
+  std::size_t samples_;
+  std::chrono::milliseconds startup_;
+  std::atomic<bool> started_{false};
+};
+
+TEST(Loader, StartUpIsNotAStallTheDepthGrowsFor) {
+  // The consumer waits 150 ms for the first batch, then never (8 workers, 10 ms of consumer work
+  // per batch: the producers are far ahead, so no producer-bound hold): a window that counted the
+  // start-up would read a deficit of about 15 batches and grow the depth for nothing.
+  LoaderOptions options;
+  options.batch_size = 4;
+  options.workers = 8;
+  options.depth.window_batches = 4;
+  auto loader =
+      Loader::create(std::make_shared<SlowStart>(400, std::chrono::milliseconds(150)), options);
+  ASSERT_TRUE(loader.ok()) << loader.status().to_string();
+  for (int i = 0; i < 30; ++i) {
+    auto batch = (*loader)->next();
+    ASSERT_TRUE(batch.ok()) << batch.status().to_string();
+    ASSERT_TRUE(batch->has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE((*loader)->release(**batch).ok());
+  }
+  LoaderStats stats = (*loader)->stats();
+  EXPECT_GT(stats.consumer_wait_s, 0.1);  // the start-up wait still counts in the stats
+  for (const auto& d : stats.depth_timeline) {
+    EXPECT_EQ(d.reason.find("grow"), std::string::npos) << d.reason;
+  }
+  EXPECT_EQ(stats.max_depth_reached, 2u);
+}
+
 TEST(Loader, ShrinksUnderReportedMemoryPressureAndShowsWhy) {
   std::atomic<int> polls{0};
   LoaderOptions options;
