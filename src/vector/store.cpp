@@ -256,7 +256,22 @@ struct Collection::State {
   std::size_t ivf_trainings = 0;
   std::size_t ivf_rebuilds = 0;  // loads that rebuilt the lists by id
   Status save_ivf();
-  // After a compaction: loads the published index, rebuilt by id for the new layout, and saves it.
+  // Writes `contents` (all but its generation, which this picks) as the next generation of the
+  // published index: a new file, named in the catalogue in one transaction; the previous file goes.
+  StatusOr<detail::IvfFileInfo> publish_ivf(detail::IvfFileContents& contents,
+                                            std::uint64_t loaded_generation);
+  // The published index file that `entry` names, read and checked.
+  StatusOr<detail::IvfFileContents> read_ivf(const detail::IvfFileInfo& entry);
+  // Whether the file's positions still name its ids in the current layout.
+  bool ivf_positions_hold(const detail::IvfFileContents& contents) const;
+  // The list of each position of the current layout, by id: the list the file gave the row's id,
+  // or its nearest centroid for an id the file does not know (their distances are added to
+  // `added_distance_sum`, in position order).
+  std::vector<std::uint32_t> ivf_lists_by_id(const detail::IvfFileContents& contents,
+                                             const detail::IvfFlat& centroids,
+                                             double& added_distance_sum) const;
+  // After a compaction: rewrites the published index for the new layout straight from its file's
+  // ids (the lists that a load would rebuild by id, without copying any vector) and saves it.
   // Sets report.ivf_resaved / ivf_error.
   void resave_moved_ivf(CompactReport& report);
   // Stops between segments once `cancel` is set (CANCELLED; the rows assigned so far stay).
@@ -1057,24 +1072,15 @@ const char* train_engine_name(detail::IvfTrainEngine engine) {
 
 }  // namespace
 
-// Publishes s.ivf as a new file: written and fsync'd under a fresh name, named in the catalogue
-// in one transaction, then the previous file is removed.
+// Publishes s.ivf as a new file (publish_ivf).
 Status Collection::State::save_ivf() {
   State& s = *this;
-  if (s.catalogue->read_only) {
-    return failed_precondition(
-        fmt::format("{}: the store is open read-only ({}); the IVF index is not saved",
-                    s.catalogue->directory.string(), s.catalogue->read_only_reason));
-  }
   auto& ivf = *s.ivf;
   const detail::IvfFlat& index = ivf.index;
-  GPUOPT_ASSIGN_OR_RETURN(auto current, ivf_catalogue_entry(s.db, s.name));
-  const std::uint64_t base_generation = current ? current->generation : 0;
   detail::IvfFileContents contents;
   contents.dim = index.dim();
   contents.metric = index.metric();
   contents.nlist = index.nlist();
-  contents.generation = std::max(base_generation, ivf.generation) + 1;
   contents.trained_rows = ivf.trained_rows;
   contents.covered_rows = index.rows();
   contents.engine = ivf.engine;
@@ -1093,6 +1099,28 @@ Status Collection::State::save_ivf() {
     }
     contents.list_offsets[l + 1] = contents.positions.size();
   }
+  GPUOPT_ASSIGN_OR_RETURN(detail::IvfFileInfo info, s.publish_ivf(contents, ivf.generation));
+  ivf.file = info.file;
+  ivf.generation = info.generation;
+  ivf.saved_rows = contents.covered_rows;
+  ivf.rebuilt = false;
+  ivf.save_error.clear();
+  return ok_status();
+}
+
+// Written and fsync'd under a fresh name, named in the catalogue in one transaction, then the
+// previous file is removed.
+StatusOr<detail::IvfFileInfo> Collection::State::publish_ivf(detail::IvfFileContents& contents,
+                                                             std::uint64_t loaded_generation) {
+  State& s = *this;
+  if (s.catalogue->read_only) {
+    return failed_precondition(
+        fmt::format("{}: the store is open read-only ({}); the IVF index is not saved",
+                    s.catalogue->directory.string(), s.catalogue->read_only_reason));
+  }
+  GPUOPT_ASSIGN_OR_RETURN(auto current, ivf_catalogue_entry(s.db, s.name));
+  const std::uint64_t base_generation = current ? current->generation : 0;
+  contents.generation = std::max(base_generation, loaded_generation) + 1;
   // The process id keeps two processes that save at once from writing the same name.
   const std::string file =
       fmt::format("{}-ivf-{:08d}-{}.ivf", s.name, contents.generation, ::getpid());
@@ -1136,27 +1164,61 @@ Status Collection::State::save_ivf() {
     std::error_code ignored;
     fs::remove(s.segment_directory / current->file, ignored);
   }
-  ivf.file = info.file;
-  ivf.generation = info.generation;
-  ivf.saved_rows = contents.covered_rows;
-  ivf.rebuilt = false;
-  ivf.save_error.clear();
-  return ok_status();
+  return info;
 }
 
 void Collection::State::resave_moved_ivf(CompactReport& report) {
   State& s = *this;
-  // clear_rows() dropped the lists in memory: this loads the published file, whose positions the
-  // compaction moved, and rebuilds its lists by id.
-  if (Status loaded = s.load_ivf(); !loaded.ok()) {
-    report.ivf_error = loaded.to_string();
-    return;
+  // clear_rows() dropped the lists in memory, and they stay unloaded: a process that never queries
+  // IVF does not pay for their vectors. Only the file's ids and lists are read, and the lists that
+  // load_ivf() would rebuild by id (the same ivf_lists_by_id(), in position order) are written as
+  // save_ivf() would write them.
+  auto fail = [&](const Status& status) { report.ivf_error = status.to_string(); };
+  auto entry = ivf_catalogue_entry(s.db, s.name);
+  if (!entry.ok()) return fail(entry.status());
+  if (!entry->has_value()) return;  // no index
+  auto read = s.read_ivf(**entry);
+  if (!read.ok()) return fail(read.status());
+  detail::IvfFileContents& file = *read;
+  if (s.ivf_positions_hold(file)) return;  // its positions still hold
+  const std::size_t nlist = file.nlist;
+  double added_distance_sum = 0;
+  std::vector<std::uint32_t> lists;
+  {
+    const detail::IvfFlat centroids =
+        detail::IvfFlat::with_centroids(file.centroids, s.config.dim, s.config.metric);
+    lists = s.ivf_lists_by_id(file, centroids, added_distance_sum);
   }
-  if (!s.ivf || !s.ivf->rebuilt) return;  // no index, or its positions still hold
-  if (Status saved = s.save_ivf(); !saved.ok()) {
-    s.ivf->save_error = saved.to_string();
-    report.ivf_error = s.ivf->save_error;
-    return;
+  detail::IvfFileContents contents;
+  contents.dim = s.config.dim;
+  contents.metric = s.config.metric;
+  contents.nlist = nlist;
+  contents.covered_rows = s.total_rows;
+  contents.trained_rows = std::min<std::uint64_t>(file.trained_rows, s.total_rows);
+  contents.engine = file.engine;
+  contents.iterations = file.iterations;
+  contents.train_seconds = file.train_seconds;
+  contents.trained_mean_distance = file.trained_mean_distance;
+  contents.added_distance_sum = added_distance_sum + file.added_distance_sum;
+  contents.centroids = std::move(file.centroids);
+  // Each list holds its rows in position order, as the appends of a rebuild leave them.
+  contents.list_offsets.assign(nlist + 1, 0);
+  for (std::uint32_t list : lists) ++contents.list_offsets[list + 1];
+  for (std::size_t l = 0; l < nlist; ++l) contents.list_offsets[l + 1] += contents.list_offsets[l];
+  contents.positions.resize(s.total_rows);
+  contents.ids.resize(s.total_rows);
+  std::vector<std::uint64_t> next(contents.list_offsets.begin(), contents.list_offsets.end() - 1);
+  std::uint64_t position = 0;
+  for (const auto& segment : s.segments) {
+    const std::uint64_t* ids = segment->ids();
+    for (std::size_t row = 0; row < segment->info().rows; ++row, ++position) {
+      const std::uint64_t slot = next[lists[position]]++;
+      contents.positions[slot] = position;
+      contents.ids[slot] = ids[row];
+    }
+  }
+  if (auto published = s.publish_ivf(contents, file.generation); !published.ok()) {
+    return fail(published.status());
   }
   report.ivf_resaved = true;
 }
@@ -1196,6 +1258,78 @@ StatusOr<std::size_t> Collection::State::catch_up_ivf(int threads, const CancelT
   return assigned;
 }
 
+StatusOr<detail::IvfFileContents> Collection::State::read_ivf(const detail::IvfFileInfo& entry) {
+  State& s = *this;
+  const fs::path path = s.segment_directory / entry.file;
+  if (entry.file.find('/') != std::string::npos) {
+    return data_loss(
+        fmt::format("IVF index {}: the catalogue names a file outside segments/", path.string()));
+  }
+  GPUOPT_ASSIGN_OR_RETURN(detail::IvfFileContents contents,
+                          detail::read_ivf_file(path, entry, s.config.dim, s.config.metric));
+  if (contents.trained_rows > contents.covered_rows) {
+    return data_loss(fmt::format(
+        "IVF index {}: covers {} rows, trained on {} (`gpuopt vector reindex` rebuilds it; exact "
+        "queries are unaffected)",
+        path.string(), contents.covered_rows, contents.trained_rows));
+  }
+  return contents;
+}
+
+// The file names rows by position and id. Positions hold while rows are only appended; a
+// compaction (here or in another process) renumbers them, and then the lists are rebuilt by id.
+bool Collection::State::ivf_positions_hold(const detail::IvfFileContents& contents) const {
+  const State& s = *this;
+  bool positions_hold = contents.covered_rows <= s.total_rows;
+  for (std::uint64_t i = 0; positions_hold && i < contents.positions.size(); ++i) {
+    positions_hold =
+        contents.positions[i] < s.total_rows && s.id_at(contents.positions[i]) == contents.ids[i];
+  }
+  return positions_hold;
+}
+
+// Each row of the current layout goes to the list the file gave its id; rows the file does not
+// know (written after it was saved) to their nearest centroid. Ids the file names that are gone
+// are dropped. A row rewritten by upsert keeps its id's list: IVF scans it there with its true
+// distance, so only recall can suffer, until `gpuopt vector reindex`. An id the file names twice
+// (a row rewritten by upsert, the old one deleted) takes the list of its highest position: the
+// later write, the one that is live.
+std::vector<std::uint32_t> Collection::State::ivf_lists_by_id(
+    const detail::IvfFileContents& contents, const detail::IvfFlat& centroids,
+    double& added_distance_sum) const {
+  const State& s = *this;
+  struct Placed {
+    std::uint64_t position;
+    std::uint32_t list;
+  };
+  std::unordered_map<std::uint64_t, Placed> list_of_id;
+  list_of_id.reserve(contents.ids.size());
+  for (std::size_t l = 0; l < contents.nlist; ++l) {
+    for (std::uint64_t i = contents.list_offsets[l]; i < contents.list_offsets[l + 1]; ++i) {
+      const Placed placed{contents.positions[i], static_cast<std::uint32_t>(l)};
+      auto [at, inserted] = list_of_id.try_emplace(contents.ids[i], placed);
+      if (!inserted && at->second.position < placed.position) at->second = placed;
+    }
+  }
+  std::vector<std::uint32_t> lists(s.total_rows);
+  const std::size_t dim = s.config.dim;
+  std::uint64_t position = 0;
+  for (const auto& segment : s.segments) {
+    const auto& seg = *segment;
+    for (std::size_t row = 0; row < seg.info().rows; ++row, ++position) {
+      auto known = list_of_id.find(seg.ids()[row]);
+      if (known != list_of_id.end()) {
+        lists[position] = known->second.list;
+      } else {
+        float distance = 0;
+        centroids.nearest(seg.vectors() + row * dim, 1, &lists[position], &distance, 1);
+        added_distance_sum += distance;
+      }
+    }
+  }
+  return lists;
+}
+
 // Loads the published index when it is newer than the one in memory (or none is loaded).
 Status Collection::State::load_ivf() {
   State& s = *this;
@@ -1205,29 +1339,8 @@ Status Collection::State::load_ivf() {
     return ok_status();
   }
   if (s.ivf && s.ivf->generation == entry->generation) return ok_status();
-  const fs::path path = s.segment_directory / entry->file;
-  if (entry->file.find('/') != std::string::npos) {
-    return data_loss(
-        fmt::format("IVF index {}: the catalogue names a file outside segments/", path.string()));
-  }
-  GPUOPT_ASSIGN_OR_RETURN(detail::IvfFileContents contents,
-                          detail::read_ivf_file(path, *entry, s.config.dim, s.config.metric));
-  auto loss = [&](const std::string& what) {
-    return data_loss(fmt::format(
-        "IVF index {}: {} (`gpuopt vector reindex` rebuilds it; exact queries are unaffected)",
-        path.string(), what));
-  };
-  if (contents.trained_rows > contents.covered_rows) {
-    return loss(
-        fmt::format("covers {} rows, trained on {}", contents.covered_rows, contents.trained_rows));
-  }
-  // The file names rows by position and id. Positions hold while rows are only appended; a
-  // compaction (here or in another process) renumbers them, and then the lists are rebuilt by id.
-  bool positions_hold = contents.covered_rows <= s.total_rows;
-  for (std::uint64_t i = 0; positions_hold && i < contents.positions.size(); ++i) {
-    positions_hold =
-        contents.positions[i] < s.total_rows && s.id_at(contents.positions[i]) == contents.ids[i];
-  }
+  GPUOPT_ASSIGN_OR_RETURN(detail::IvfFileContents contents, s.read_ivf(*entry));
+  const bool positions_hold = s.ivf_positions_hold(contents);
   Ivf ivf;
   ivf.index =
       detail::IvfFlat::with_centroids(std::move(contents.centroids), s.config.dim, s.config.metric);
@@ -1245,43 +1358,16 @@ Status Collection::State::load_ivf() {
     }
     ivf.saved_rows = contents.covered_rows;
   } else {
-    // Each row of the current layout goes to the list the file gave its id; rows the file does
-    // not know (written after it was saved) to their nearest centroid. Ids the file names that
-    // are gone are dropped. A row rewritten by upsert keeps its id's list: IVF scans it there
-    // with its true distance, so only recall can suffer, until `gpuopt vector reindex`.
-    // An id the file names twice (a row rewritten by upsert, the old one deleted) takes the list
-    // of its highest position: the later write, the one that is live.
-    struct Placed {
-      std::uint64_t position;
-      std::uint32_t list;
-    };
-    std::unordered_map<std::uint64_t, Placed> list_of_id;
-    list_of_id.reserve(contents.ids.size());
-    for (std::size_t l = 0; l < contents.nlist; ++l) {
-      for (std::uint64_t i = contents.list_offsets[l]; i < contents.list_offsets[l + 1]; ++i) {
-        const Placed placed{contents.positions[i], static_cast<std::uint32_t>(l)};
-        auto [at, inserted] = list_of_id.try_emplace(contents.ids[i], placed);
-        if (!inserted && at->second.position < placed.position) at->second = placed;
-      }
-    }
+    const std::vector<std::uint32_t> lists =
+        s.ivf_lists_by_id(contents, ivf.index, ivf.added_distance_sum);
     const std::size_t dim = s.config.dim;
     for (std::uint64_t position = 0; position < s.total_rows; ++position) {
       auto [segment, row] = s.locate(position);
       const auto& seg = *s.segments[segment];
-      const float* vector = seg.vectors() + row * dim;
-      auto known = list_of_id.find(seg.ids()[row]);
-      std::uint32_t list = 0;
-      if (known != list_of_id.end()) {
-        list = known->second.list;
-      } else {
-        float distance = 0;
-        ivf.index.nearest(vector, 1, &list, &distance, 1);
-        ivf.added_distance_sum += distance;
-      }
-      ivf.index.append(list, vector, seg.norms()[row], position);
+      ivf.index.append(lists[position], seg.vectors() + row * dim, seg.norms()[row], position);
     }
     ivf.saved_rows = 0;
-    ivf.rebuilt = true;  // saved by the caller's catch-up (or the compaction that moved them)
+    ivf.rebuilt = true;  // saved by the caller's catch-up
     ++s.ivf_rebuilds;
   }
   ivf.file = entry->file;

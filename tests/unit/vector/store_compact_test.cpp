@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <set>
@@ -263,6 +265,75 @@ TEST(VectorCompact, CompactionSavesTheIvfIndexForTheNewLayout) {
   EXPECT_EQ(loaded->rows_since_training, 0u);
   ASSERT_NO_FATAL_FAILURE(expect_same_answers(before, after));
   ASSERT_NO_FATAL_FAILURE(expect_ivf_matches_exact(**c, expected));
+}
+
+std::string file_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The compaction writes the moved lists straight from the file's ids, without loading the index:
+// the file must be the one that the rebuild by id in memory (load, then the catch-up's save, the
+// path a compaction without resave_ivf leaves to the next query) writes, byte for byte. The file
+// names ids twice (upserts caught up and saved) and misses rows written after its save (assigned
+// to their nearest centroid), and deleted rows are dropped.
+TEST(VectorCompact, ResavedIvfFileMatchesTheRebuildInMemory) {
+  TempDir dir("gpuopt-compact");
+  TempDir reference_dir("gpuopt-compact");
+  {
+    auto store = Store::open(dir.path(), {.create = true, .compact_above_segments = 0});
+    auto c = (*store)->create_collection("c", {kDim, Metric::kL2});
+    for (int b = 0; b < 40; ++b) {
+      auto v = random_vectors(5, kDim, 100 + b);
+      ASSERT_TRUE((*c)->add(id_range(b * 5, 5), v.data()).ok());
+    }
+    ASSERT_TRUE((*c)->build_ivf(ivf_options(2).ivf, 1).ok());
+    // Upserts and enough new rows for the catch-up to save: the file then names ids 10..19 twice.
+    auto moved = random_vectors(10, kDim, 7);
+    ASSERT_TRUE((*c)->upsert(id_range(10, 10), moved.data()).ok());
+    auto grown = random_vectors(60, kDim, 8);
+    ASSERT_TRUE((*c)->add(id_range(200, 60), grown.data()).ok());
+    auto saved = (*c)->ivf_stats();
+    ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+    ASSERT_EQ(saved->generation, 2u) << "the catch-up did not save the grown lists";
+    // Written after that save: rows the file does not know.
+    auto later = random_vectors(5, kDim, 9);
+    ASSERT_TRUE((*c)->upsert(id_range(20, 5), later.data()).ok());
+    auto added = random_vectors(10, kDim, 10);
+    ASSERT_TRUE((*c)->add(id_range(300, 10), added.data()).ok());
+    std::vector<std::uint64_t> removed = id_range(50, 10);
+    removed.push_back(205);
+    ASSERT_EQ((*c)->remove(removed).value_or(0), 11u);
+  }
+  fs::copy(dir.path(), reference_dir.path(), fs::copy_options::recursive);
+
+  auto store = Store::open(dir.path());
+  auto c = (*store)->collection("c");
+  auto report = (*c)->compact({.target_rows = 1000});
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_TRUE(report->ivf_resaved) << report->ivf_error;
+
+  auto reference_store = Store::open(reference_dir.path());
+  auto reference = (*reference_store)->collection("c");
+  auto reference_report = (*reference)->compact({.target_rows = 1000, .resave_ivf = false});
+  ASSERT_TRUE(reference_report.ok()) << reference_report.status().to_string();
+  EXPECT_FALSE(reference_report->ivf_resaved);
+  auto rebuilt = (*reference)->ivf_stats();  // loads, rebuilds by id and saves
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().to_string();
+  EXPECT_EQ(rebuilt->rebuilds_by_id, 1u);
+  EXPECT_EQ(rebuilt->save_error, "");
+
+  auto resaved = (*c)->ivf_stats();
+  ASSERT_TRUE(resaved.ok()) << resaved.status().to_string();
+  EXPECT_EQ(resaved->rebuilds_by_id, 0u) << "the resaved positions did not hold";
+  EXPECT_EQ(resaved->generation, 3u);
+  EXPECT_EQ(resaved->generation, rebuilt->generation);
+  EXPECT_EQ(resaved->rows_since_training, rebuilt->rows_since_training);
+  ASSERT_EQ(resaved->file, rebuilt->file);
+  const std::string bytes = file_bytes(dir.path() / "segments" / resaved->file);
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_TRUE(bytes == file_bytes(reference_dir.path() / "segments" / rebuilt->file))
+      << "the resaved file differs from the rebuild in memory";
 }
 
 // A compaction that did not save the index (another process's, here without resave_ivf) leaves
