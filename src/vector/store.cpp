@@ -849,7 +849,10 @@ StatusOr<CompactReport> Collection::compact(const CompactOptions& options) {
       // Committed already: only the re-save is skipped, and the next load rebuilds in memory.
       report.ivf_error = "cancelled after the compaction committed; the IVF index was not re-saved";
     } else {
+      const auto resave_start = std::chrono::steady_clock::now();
       s.resave_moved_ivf(report);
+      report.ivf_resave_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - resave_start).count();
     }
   }
   return report;

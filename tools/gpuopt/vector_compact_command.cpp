@@ -56,6 +56,7 @@ int run_compact(const CompactArgs& args) {
                 {"rows_dropped", report->rows_dropped},
                 {"ivf_resaved", report->ivf_resaved},
                 {"ivf_error", report->ivf_error.empty() ? json(nullptr) : json(report->ivf_error)},
+                {"ivf_resave_seconds", report->ivf_resave_seconds},
                 {"count", (*collection)->size()}};
     return write_output("vector", args.out, out.dump() + "\n") ? kExitOk : kExitToolFailed;
   }

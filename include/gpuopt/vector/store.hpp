@@ -122,6 +122,9 @@ struct CompactReport {
   // Both stay unset when no rows moved, no index is saved or CompactOptions::resave_ivf is off.
   bool ivf_resaved = false;
   std::string ivf_error;
+  // Wall time of that step after the commit (reading the saved file, placing the rows by id,
+  // writing and publishing the new file); 0 when resave_ivf is off or it was cancelled.
+  double ivf_resave_seconds = 0;
 };
 
 // The GPU engine's resident copies of a collection (Collection::gpu_residency).

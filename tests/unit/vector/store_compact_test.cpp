@@ -312,12 +312,14 @@ TEST(VectorCompact, ResavedIvfFileMatchesTheRebuildInMemory) {
   auto report = (*c)->compact({.target_rows = 1000});
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   EXPECT_TRUE(report->ivf_resaved) << report->ivf_error;
+  EXPECT_GT(report->ivf_resave_seconds, 0);
 
   auto reference_store = Store::open(reference_dir.path());
   auto reference = (*reference_store)->collection("c");
   auto reference_report = (*reference)->compact({.target_rows = 1000, .resave_ivf = false});
   ASSERT_TRUE(reference_report.ok()) << reference_report.status().to_string();
   EXPECT_FALSE(reference_report->ivf_resaved);
+  EXPECT_EQ(reference_report->ivf_resave_seconds, 0);
   auto rebuilt = (*reference)->ivf_stats();  // loads, rebuilds by id and saves
   ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().to_string();
   EXPECT_EQ(rebuilt->rebuilds_by_id, 1u);
