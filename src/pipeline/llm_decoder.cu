@@ -649,6 +649,9 @@ class CudaLlmDecoder final : public LlmDecoder {
     device_sms_ = sms;
     info_.sm_count = options_.sm_count > 0 ? options_.sm_count : sms;
     info_.programmatic_launch = options_.programmatic_launch && major >= 9;
+    int cluster_launch = 0;
+    GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
+    info_.cluster_reduction = options_.cluster_reduction && major >= 9 && cluster_launch != 0;
     info_.cuda_graphs = options_.cuda_graphs;
     info_.kv_block_tokens = options_.kv_block_tokens > 0 ? options_.kv_block_tokens : c.max_context;
     info_.prefill = options_.prefill && c.max_context > 1;
@@ -765,7 +768,21 @@ class CudaLlmDecoder final : public LlmDecoder {
     return ok_status();
   }
 
-  Status add_matrix(std::uint32_t id, int k, int n, bool pair, cudaStream_t stream) {
+  // The decode GEMM's input and output for a matrix (its kernel instance: clusters are planned
+  // for its occupancy).
+  struct GemvModes {
+    llm_detail::GemvInput input;
+    llm_detail::GemvOutput output;
+  };
+  static constexpr GemvModes kNormedToHalf{llm_detail::GemvInput::kNormed,
+                                           llm_detail::GemvOutput::kHalf};
+  static constexpr GemvModes kHalfToResidual{llm_detail::GemvInput::kHalf,
+                                             llm_detail::GemvOutput::kResidual};
+  static constexpr GemvModes kNormedToSiluPair{llm_detail::GemvInput::kNormed,
+                                               llm_detail::GemvOutput::kSiluPair};
+
+  Status add_matrix(std::uint32_t id, int k, int n, GemvModes modes, cudaStream_t stream) {
+    const bool pair = modes.output == llm_detail::GemvOutput::kSiluPair;
     Matrix m;
     const std::size_t words = static_cast<std::size_t>(k) * n / 8;
     const std::size_t scales = static_cast<std::size_t>(k / kLlmGroupSize) * n;
@@ -782,11 +799,30 @@ class CudaLlmDecoder final : public LlmDecoder {
     m.scales = scale_bits;
     m.k = k;
     m.n = n;
-    m.plan = llm_detail::plan_gemv(k, n, pair, info_.sm_count);
+    if (info_.cluster_reduction) {
+      std::vector<Status> failed;
+      m.plan = llm_detail::plan_gemv_cluster(k, n, pair, info_.sm_count, [&](int splits) {
+        StatusOr<int> active = llm_detail::gemv_active_clusters(modes.input, modes.output, splits);
+        if (!active.ok()) {
+          failed.push_back(active.status());
+          return 0;
+        }
+        return *active;
+      });
+      if (!failed.empty()) return failed.front();
+    } else {
+      m.plan = llm_detail::plan_gemv(k, n, pair, info_.sm_count);
+    }
     GPUOPT_RETURN_IF_ERROR(allocate(m.counters, m.plan.items));
     GPUOPT_CUDA_TRY(cudaMemsetAsync(m.counters, 0, m.plan.items * sizeof(int), stream));
     partial_floats_ = std::max(partial_floats_, m.plan.partial_floats(llm_detail::kGemvMaxRows, n));
     matrices_.push_back(m);
+    if (matrices_.size() <= 4 || id == kLlmLmHeadId) {
+      static constexpr const char* kNames[] = {"qkv", "o", "gate/up", "down"};
+      const char* name = id == kLlmLmHeadId ? "lm_head" : kNames[matrices_.size() - 1];
+      info_.gemm_splits += std::string(info_.gemm_splits.empty() ? "" : ", ") + name + " " +
+                           std::to_string(m.plan.splits) + (m.plan.cluster ? "c" : "");
+    }
     return ok_status();
   }
 
@@ -851,16 +887,16 @@ class CudaLlmDecoder final : public LlmDecoder {
     GPUOPT_CUDA_TRY(cudaStreamSynchronize(stream));  // the host tables die with this function
 
     for (int l = 0; l < c.layers; ++l) {
-      GPUOPT_RETURN_IF_ERROR(
-          add_matrix(llm_matrix_id(l, LlmMatrixKind::kQkv), c.hidden, qkv_n, false, stream));
+      GPUOPT_RETURN_IF_ERROR(add_matrix(llm_matrix_id(l, LlmMatrixKind::kQkv), c.hidden, qkv_n,
+                                        kNormedToHalf, stream));
       GPUOPT_RETURN_IF_ERROR(add_matrix(llm_matrix_id(l, LlmMatrixKind::kO), c.heads * c.head_dim,
-                                        c.hidden, false, stream));
-      GPUOPT_RETURN_IF_ERROR(
-          add_matrix(llm_matrix_id(l, LlmMatrixKind::kGateUp), c.hidden, 2 * c.ffn, true, stream));
-      GPUOPT_RETURN_IF_ERROR(
-          add_matrix(llm_matrix_id(l, LlmMatrixKind::kDown), c.ffn, c.hidden, false, stream));
+                                        c.hidden, kHalfToResidual, stream));
+      GPUOPT_RETURN_IF_ERROR(add_matrix(llm_matrix_id(l, LlmMatrixKind::kGateUp), c.hidden,
+                                        2 * c.ffn, kNormedToSiluPair, stream));
+      GPUOPT_RETURN_IF_ERROR(add_matrix(llm_matrix_id(l, LlmMatrixKind::kDown), c.ffn, c.hidden,
+                                        kHalfToResidual, stream));
     }
-    GPUOPT_RETURN_IF_ERROR(add_matrix(kLlmLmHeadId, c.hidden, c.vocab, false, stream));
+    GPUOPT_RETURN_IF_ERROR(add_matrix(kLlmLmHeadId, c.hidden, c.vocab, kNormedToHalf, stream));
     // One partial-sum area for every GEMM: they run one after another, each after the previous
     // has finished (pdl_wait), and each leaves its counters zero.
     GPUOPT_RETURN_IF_ERROR(allocate(partials_, std::max<std::size_t>(partial_floats_, 1)));

@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -79,6 +80,31 @@ __device__ __forceinline__ void copy_async_wait_all() {
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GPUOPT_GEMV_CLUSTER 1
+// Thread block clusters (sm_90): the barrier over every thread of the cluster's blocks (release /
+// acquire at cluster scope), and a float in another block's shared memory.
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ std::uint32_t cluster_address(const void* shared, unsigned rank) {
+  const auto local = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  std::uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ float load_cluster(std::uint32_t address) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(address) : "memory");
+  return v;
+}
+#else
+#define GPUOPT_GEMV_CLUSTER 0
+#endif
+
 // One warp's staged x for one quantization group: rows [kRows][128 k] (+ padding so that the B
 // fragment reads of the eight rows g = 0..7 fall in distinct banks), fp32 residual for kNormed,
 // fp16 x for kHalf. The same bytes hold the warp's fp32 sums [kRows][64] after the main loop.
@@ -92,7 +118,8 @@ struct GemvStage {
   static constexpr int kBytes = kXBytes > kSumBytes ? kXBytes : kSumBytes;
 };
 
-template <int kN8, GemvInput kIn, GemvOutput kOut>
+// kCluster: the item's splits are one thread block cluster (GemvPlan::cluster, sm_90).
+template <int kN8, GemvInput kIn, GemvOutput kOut, bool kCluster>
 __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(const GemvArgs a) {
   constexpr int kParts = kOut == GemvOutput::kSiluPair ? 2 : 1;
   constexpr int kWarpsPerStrip = kGemvWarps / kParts;
@@ -334,6 +361,87 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(
     for (int w = 1; w < kWarpsPerStrip; ++w) v = __fadd_rn(v, sums(w));
     final_sums[p][row][col] = v;
   }
+  // The output of rows row0, row0 + row_step, ... < m from sums [kParts][kRows][64].
+  auto epilogue = [&](const float* sums_base, int row0, int row_step) {
+    auto sums = [&](int p, int row, int col) { return sums_base[(p * kRows + row) * 64 + col]; };
+    const int rows = m > row0 ? (m - row0 + row_step - 1) / row_step : 0;
+    if constexpr (kOut == GemvOutput::kHalf) {
+      __half* y = static_cast<__half*>(a.y);
+      for (int idx = threadIdx.x; idx < rows * 64; idx += blockDim.x) {
+        const int row = row0 + (idx / 64) * row_step, col = idx % 64;
+        y[static_cast<std::size_t>(row) * a.n + strip * 64 + col] =
+            __float2half_rn(sums(0, row, col));
+      }
+    } else if constexpr (kOut == GemvOutput::kSiluPair) {
+      __half* act = static_cast<__half*>(a.y);
+      const int width = a.n / 2;
+      for (int idx = threadIdx.x; idx < rows * 64; idx += blockDim.x) {
+        const int row = row0 + (idx / 64) * row_step, col = idx % 64;
+        const float gate = sums(0, row, col);
+        const float up = sums(1, row, col);
+        const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+        act[static_cast<std::size_t>(row) * width + item * 64 + col] =
+            __float2half_rn(__fmul_rn(silu, up));
+      }
+    } else {
+      // One warp per row: the new residual and its sum of squares over this strip's 64 columns.
+      for (int r = warp; r < rows; r += kGemvWarps) {
+        const int row = row0 + r * row_step;
+        float* res = a.residual_out + static_cast<std::size_t>(row) * a.n + strip * 64;
+        const float r0 = __fadd_rn(res[lane], sums(0, row, lane));
+        const float r1 = __fadd_rn(res[lane + 32], sums(0, row, lane + 32));
+        res[lane] = r0;
+        res[lane + 32] = r1;
+        const float total = warp_sum_fixed(__fadd_rn(__fmul_rn(r0, r0), __fmul_rn(r1, r1)));
+        if (lane == 0) a.ssq_out[static_cast<std::size_t>(strip) * a.ssq_stride + row] = total;
+      }
+    }
+  };
+
+  if constexpr (kCluster) {
+#if GPUOPT_GEMV_CLUSTER
+    // The cluster is this item's splits, rank = split. Every block's sums are in its shared
+    // memory; block `split` adds rows split, split + splits, ... of every split in split order
+    // (the additions of the global fix-up below, so the same bits) and writes their output. No
+    // global round trip, fence or counter.
+    static_assert(kParts * kRows * 64 * 4 <= kGemvWarps * Stage::kBytes,
+                  "the reduced rows fit in the warps' stages");
+    cluster_arrive();
+    cluster_wait();  // every split's final_sums written and visible
+    float* reduced = reinterpret_cast<float*>(&stage[0][0]);  // free: its sums are in final_sums
+    const float* own = &final_sums[0][0][0];
+    std::uint32_t peer[kGemvMaxClusterSplits];
+#pragma unroll
+    for (int s = 0; s < kGemvMaxClusterSplits; ++s) {
+      peer[s] = s < splits ? cluster_address(own, static_cast<unsigned>(s)) : 0u;
+    }
+    const int rows = m > split ? (m - split + splits - 1) / splits : 0;
+    for (int idx = threadIdx.x; idx < kParts * rows * 64; idx += blockDim.x) {
+      const int p = kParts == 2 && idx >= rows * 64 ? 1 : 0;
+      const int rest = idx - p * rows * 64;
+      const int row = split + (rest / 64) * splits, col = rest % 64;
+      const int offset = (p * kRows + row) * 64 + col;
+      float part[kGemvMaxClusterSplits];
+#pragma unroll
+      for (int s = 0; s < kGemvMaxClusterSplits; ++s) {
+        part[s] = s < splits ? load_cluster(peer[s] + 4u * offset) : 0.0f;
+      }
+      float v = part[0];
+#pragma unroll
+      for (int s = 1; s < kGemvMaxClusterSplits; ++s) {
+        if (s < splits) v = __fadd_rn(v, part[s]);
+      }
+      reduced[offset] = v;
+    }
+    cluster_arrive();  // this block is done reading its peers' sums
+    __syncthreads();
+    epilogue(reduced, split, splits);
+    cluster_wait();  // the peers are done reading this block's: its shared memory may go
+#else
+    __trap();  // launch_gemv never launches a cluster plan before sm_90
+#endif
+    return;
+  }
   if (splits > 1) {
     // Every split writes its sums; the block that finishes last adds them in split order.
     for (int idx = threadIdx.x; idx < elements; idx += blockDim.x) {
@@ -407,44 +515,45 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(
     if (threadIdx.x == 0) a.counters[item] = 0;  // ready for the next run
   }
   __syncthreads();
-
-  if constexpr (kOut == GemvOutput::kHalf) {
-    __half* y = static_cast<__half*>(a.y);
-    for (int idx = threadIdx.x; idx < m * 64; idx += blockDim.x) {
-      const int row = idx / 64, col = idx % 64;
-      y[static_cast<std::size_t>(row) * a.n + strip * 64 + col] =
-          __float2half_rn(final_sums[0][row][col]);
-    }
-  } else if constexpr (kOut == GemvOutput::kSiluPair) {
-    __half* act = static_cast<__half*>(a.y);
-    const int width = a.n / 2;
-    for (int idx = threadIdx.x; idx < m * 64; idx += blockDim.x) {
-      const int row = idx / 64, col = idx % 64;
-      const float gate = final_sums[0][row][col];
-      const float up = final_sums[1][row][col];
-      const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
-      act[static_cast<std::size_t>(row) * width + item * 64 + col] =
-          __float2half_rn(__fmul_rn(silu, up));
-    }
-  } else {
-    // One warp per row: the new residual and its sum of squares over this strip's 64 columns.
-    for (int row = warp; row < m; row += kGemvWarps) {
-      float* res = a.residual_out + static_cast<std::size_t>(row) * a.n + strip * 64;
-      const float r0 = __fadd_rn(res[lane], final_sums[0][row][lane]);
-      const float r1 = __fadd_rn(res[lane + 32], final_sums[0][row][lane + 32]);
-      res[lane] = r0;
-      res[lane + 32] = r1;
-      const float total = warp_sum_fixed(__fadd_rn(__fmul_rn(r0, r0), __fmul_rn(r1, r1)));
-      if (lane == 0) a.ssq_out[static_cast<std::size_t>(strip) * a.ssq_stride + row] = total;
-    }
-  }
+  epilogue(&final_sums[0][0][0], 0, 1);
 }
 
 template <int kN8, GemvInput kIn, GemvOutput kOut>
 Status launch_typed(const GemvArgs& args, bool programmatic, cudaStream_t stream) {
   const int blocks = args.plan.items * args.plan.splits;
-  return launch_kernel(k_llm_gemv<kN8, kIn, kOut>, dim3(blocks), dim3(32 * kGemvWarps), 0, stream,
-                       programmatic, args);
+  if (args.plan.cluster) {
+    return launch_kernel_clustered(k_llm_gemv<kN8, kIn, kOut, true>, dim3(blocks),
+                                   dim3(32 * kGemvWarps), 0, stream, programmatic, args.plan.splits,
+                                   args);
+  }
+  return launch_kernel(k_llm_gemv<kN8, kIn, kOut, false>, dim3(blocks), dim3(32 * kGemvWarps), 0,
+                       stream, programmatic, args);
+}
+
+// Clusters of `splits` blocks of one instance resident at once on the current device.
+template <int kN8, GemvInput kIn, GemvOutput kOut>
+StatusOr<int> active_clusters_typed(int splits) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(splits));
+  config.blockDim = dim3(32 * kGemvWarps);
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(splits);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  GPUOPT_CUDA_TRY(
+      cudaOccupancyMaxActiveClusters(&clusters, k_llm_gemv<kN8, kIn, kOut, true>, &config));
+  return clusters;
+}
+
+template <GemvInput kIn, GemvOutput kOut>
+StatusOr<int> active_clusters_rows(int splits) {
+  GPUOPT_ASSIGN_OR_RETURN(const int one, (active_clusters_typed<1, kIn, kOut>(splits)));
+  GPUOPT_ASSIGN_OR_RETURN(const int two, (active_clusters_typed<2, kIn, kOut>(splits)));
+  return std::min(one, two);
 }
 
 template <GemvInput kIn, GemvOutput kOut>
@@ -471,7 +580,11 @@ Status launch_gemv(GemvInput input, GemvOutput output, const GemvArgs& a, bool p
     return bad("plan does not fit the layer (items " + std::to_string(a.plan.items) + ", splits " +
                std::to_string(a.plan.splits) + ")");
   }
-  if (a.plan.splits > 1 && (a.partials == nullptr || a.counters == nullptr)) {
+  if (a.plan.cluster && a.plan.splits > kGemvMaxClusterSplits) {
+    return bad("a cluster holds at most " + std::to_string(kGemvMaxClusterSplits) +
+               " splits, not " + std::to_string(a.plan.splits));
+  }
+  if (a.plan.splits > 1 && !a.plan.cluster && (a.partials == nullptr || a.counters == nullptr)) {
     return bad("k-splits need partials and counters");
   }
   if (input == GemvInput::kHalf && a.x == nullptr) return bad("no x");
@@ -509,6 +622,33 @@ Status launch_gemv(GemvInput input, GemvOutput output, const GemvArgs& a, bool p
       return bad("normalised input with the residual output is not built");
   }
   return bad("unknown mode");
+}
+
+StatusOr<int> gemv_active_clusters(GemvInput input, GemvOutput output, int splits) {
+  if (splits < 1 || splits > kGemvMaxClusterSplits) {
+    return invalid_argument("LLM decode GEMM: cluster of " + std::to_string(splits) +
+                            " splits outside [1, " + std::to_string(kGemvMaxClusterSplits) + "]");
+  }
+  int device = 0, supported = 0;
+  GPUOPT_CUDA_TRY(cudaGetDevice(&device));
+  GPUOPT_CUDA_TRY(cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device));
+  if (supported == 0) return 0;
+  if (input == GemvInput::kHalf) {
+    if (output == GemvOutput::kHalf) {
+      return active_clusters_rows<GemvInput::kHalf, GemvOutput::kHalf>(splits);
+    }
+    if (output == GemvOutput::kResidual) {
+      return active_clusters_rows<GemvInput::kHalf, GemvOutput::kResidual>(splits);
+    }
+  } else {
+    if (output == GemvOutput::kHalf) {
+      return active_clusters_rows<GemvInput::kNormed, GemvOutput::kHalf>(splits);
+    }
+    if (output == GemvOutput::kSiluPair) {
+      return active_clusters_rows<GemvInput::kNormed, GemvOutput::kSiluPair>(splits);
+    }
+  }
+  return invalid_argument("LLM decode GEMM: this input and output pair is not built");
 }
 
 }  // namespace gpuopt::pipeline::llm_detail

@@ -20,6 +20,8 @@ inline constexpr int kGemvBlocksPerSm =
 inline constexpr int kGemvMaxRows = 16;  // M at most (two n8 mma tiles)
 inline constexpr int kGemvGroupK = 128;  // k per quantization group = k per warp step
 inline constexpr int kSsqColumns = 64;   // columns behind one sum-of-squares partial
+// The most k-splits one thread block cluster holds (sm_90's portable cluster size).
+inline constexpr int kGemvMaxClusterSplits = 8;
 
 enum class GemvInput {
   kHalf,    // x fp16 [M][K]
@@ -38,13 +40,33 @@ struct GemvPlan {
   int items = 0;
   int splits = 1;
   int parts = 1;  // strips per item: 2 for kSiluPair
+  // sm_90: an item's splits are one thread block cluster and add their sums through distributed
+  // shared memory (no partials in global memory, no counters); false: each split writes its fp32
+  // partials and the last block to count adds them. The same additions in the same order either
+  // way, so the same bits for the same splits.
+  bool cluster = false;
   std::size_t partial_floats(int max_rows, int n) const {
-    return splits > 1 ? static_cast<std::size_t>(splits) * max_rows * n : 0;
+    return splits > 1 && !cluster ? static_cast<std::size_t>(splits) * max_rows * n : 0;
   }
 };
 // K a multiple of 128, N of 64 (of 128 when `pair`); sms > 0. `target_blocks`: 0 = kGemvBlocksPerSm
 // per SM, one wave.
 GemvPlan plan_gemv(int k, int n, bool pair, int sms, int target_blocks = 0);
+
+// The plan with clusters: plan_gemv's splits, at most kGemvMaxClusterSplits, reduced in clusters
+// when every item's cluster is resident at once (`active_clusters(splits)`: how many clusters of
+// that many blocks the device holds, cudaOccupancyMaxActiveClusters); otherwise plan_gemv's plan
+// and the global fix-up. Fewer splits to make the clusters fit was measured slower at batch 1 on
+// the H200 (docs/llm.md). One split: no cluster.
+template <typename ActiveClusters>
+GemvPlan plan_gemv_cluster(int k, int n, bool pair, int sms, ActiveClusters&& active_clusters) {
+  const GemvPlan global = plan_gemv(k, n, pair, sms);
+  GemvPlan plan = global;
+  plan.splits = plan.splits < kGemvMaxClusterSplits ? plan.splits : kGemvMaxClusterSplits;
+  if (plan.splits < 2 || active_clusters(plan.splits) < plan.items) return global;
+  plan.cluster = true;
+  return plan;
+}
 
 struct GemvArgs {
   const void* tiles = nullptr;   // W4A16 tile layout, K x N
@@ -66,8 +88,12 @@ struct GemvArgs {
 };
 
 // Enqueues the GEMM. `programmatic`: launched as a programmatic dependent of the previous kernel
-// (sm_90): its weight loads start before that kernel ends.
+// (sm_90): its weight loads start before that kernel ends. A cluster plan needs sm_90.
 Status launch_gemv(GemvInput input, GemvOutput output, const GemvArgs& args, bool programmatic,
                    CUstream_st* stream);
+
+// How many clusters of `splits` blocks of the (input, output) kernel the current device holds at
+// once (the smaller over the kernel's row-count instances); 0 where clusters are not supported.
+StatusOr<int> gemv_active_clusters(GemvInput input, GemvOutput output, int splits);
 
 }  // namespace gpuopt::pipeline::llm_detail

@@ -26,20 +26,40 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// `cluster` > 1: thread block clusters of that many consecutive blocks along x (sm_90).
 template <typename... Params, typename... Args>
-Status launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared_bytes,
-                     cudaStream_t stream, bool programmatic, Args&&... args) {
+Status launch_kernel_clustered(void (*kernel)(Params...), dim3 grid, dim3 block,
+                               std::size_t shared_bytes, cudaStream_t stream, bool programmatic,
+                               int cluster, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = programmatic ? attribute : nullptr;
-  config.numAttrs = programmatic ? 1 : 0;
+  cudaLaunchAttribute attributes[2];
+  unsigned count = 0;
+  if (programmatic) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  if (cluster > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  config.attrs = count > 0 ? attributes : nullptr;
+  config.numAttrs = count;
   return GPUOPT_CUDA_STATUS(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+template <typename... Params, typename... Args>
+Status launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared_bytes,
+                     cudaStream_t stream, bool programmatic, Args&&... args) {
+  return launch_kernel_clustered(kernel, grid, block, shared_bytes, stream, programmatic, 1,
+                                 std::forward<Args>(args)...);
 }
 
 }  // namespace gpuopt::pipeline::llm_detail

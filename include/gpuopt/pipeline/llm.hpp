@@ -55,8 +55,8 @@ struct LlmDebugOutputs {
 };
 
 // How the decoder runs its step; the defaults are the fast path. Results are bitwise the same
-// under every choice here (the GPU tests compare them), except that a different SM count changes
-// the GEMMs' k-splits (see sm_count).
+// under every choice here (the GPU tests compare them), except that a different SM count or
+// cluster_reduction can change the GEMMs' k-splits.
 struct LlmDecoderOptions {
   // Each decode step as one CUDA graph per batch size (captured on first use, then replayed);
   // false: the same kernels launched one by one.
@@ -68,7 +68,8 @@ struct LlmDecoderOptions {
   // request (a contiguous cache).
   int kv_block_tokens = 16;
   // SMs the decode GEMMs' k-splits are planned for (0: the device's). The splits, and so the bits
-  // of every result, follow this count; a given count gives the same bits on any device.
+  // of every result, follow this count; a given count gives the same bits on any device (with
+  // cluster_reduction, on any device that holds the same clusters at once).
   int sm_count = 0;
   // Prompts of more than one token run as one forward over all their tokens (prefill: each
   // layer's GEMMs at M = batch x prompt tokens, a causal attention that writes the prompt's K and
@@ -80,12 +81,18 @@ struct LlmDecoderOptions {
   // Prefill of prompts over 16 tokens: rows per W4A16 GEMM launch (a multiple of 16, >= 16). The
   // GEMMs' workspace grows with it (deterministic k-split partials, splits x rows x N x 4 bytes).
   int prefill_gemm_rows = 256;
+  // On sm_90: the k-splits of each decode GEMM strip are one thread block cluster and add their
+  // sums through distributed shared memory, instead of through global memory with a fence and a
+  // counter (at most 8 splits, as many clusters as are resident at once, so the split counts, and
+  // the bits, can differ from the global fix-up's). Ignored before sm_90.
+  bool cluster_reduction = true;
 };
 
 // What create() chose, for logs and tests.
 struct LlmDecoderInfo {
   bool cuda_graphs = false;
   bool programmatic_launch = false;
+  bool cluster_reduction = false;
   int kv_block_tokens = 0;  // resolved: max_context when the cache is contiguous
   int sm_count = 0;         // the SMs the GEMMs were planned for
   bool prefill = false;
@@ -93,6 +100,9 @@ struct LlmDecoderInfo {
   // Device memory the decoder allocated (weights, tables, KV cache, buffers); the prefill GEMMs'
   // workspace is added when a row count first needs it.
   double workspace_bytes = 0;
+  // The decode GEMMs' k-splits of the first layer and lm_head, "qkv 4c, o 4c, gate/up 3c, down 8c,
+  // lm_head 1" (c: the splits reduce in a thread block cluster).
+  std::string gemm_splits;
   std::string describe() const;
 };
 

@@ -347,6 +347,12 @@ TEST_F(LlmGpu, DecodeGemmMatchesTheReferenceAndIsRowIndependent) {
   struct Shape {
     int k, n;
   };
+  int device = 0, major = 0, cluster_launch = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device), cudaSuccess);
+  const bool clusters = major >= 9 && cluster_launch != 0;
+  int cluster_cases = 0;
   for (const Shape shape : {Shape{256, 128}, Shape{1024, 256}, Shape{2048, 384}}) {
     const GemvLayer layer(shape.k, shape.n, 5);
     std::vector<float> source(static_cast<std::size_t>(16) * shape.k);
@@ -364,6 +370,22 @@ TEST_F(LlmGpu, DecodeGemmMatchesTheReferenceAndIsRowIndependent) {
         for (int m : {1, 3, 8, 9, 16}) {
           const GemvRun run = run_gemv(layer, which, plan, m, 0, source, stream_);
           const std::vector<float> want = expect_gemv(layer, which, m, 0, source);
+          // sm_90: the same splits as one thread block cluster each, reduced through
+          // distributed shared memory: the same additions, so the same bits.
+          if (clusters && plan.splits > 1 && plan.splits <= llm_detail::kGemvMaxClusterSplits) {
+            llm_detail::GemvPlan in_cluster = plan;
+            in_cluster.cluster = true;
+            const GemvRun clustered = run_gemv(layer, which, in_cluster, m, 0, source, stream_);
+            ASSERT_EQ(clustered.out.size(), run.out.size());
+            EXPECT_EQ(0, std::memcmp(clustered.out.data(), run.out.data(),
+                                     run.out.size() * sizeof(float)))
+                << "M=" << m << ": the cluster reduction differs from the global one";
+            ASSERT_EQ(clustered.ssq.size(), run.ssq.size());
+            EXPECT_EQ(0, std::memcmp(clustered.ssq.data(), run.ssq.data(),
+                                     run.ssq.size() * sizeof(float)))  // rows >= M stay poison
+                << "M=" << m << ": sums of squares differ";
+            ++cluster_cases;
+          }
           ASSERT_EQ(run.out.size(), want.size());
           double diff = 0, norm = 0, worst = 0;
           std::size_t worst_at = 0;
@@ -413,6 +435,26 @@ TEST_F(LlmGpu, DecodeGemmMatchesTheReferenceAndIsRowIndependent) {
         }
       }
     }
+  }
+  if (clusters) {
+    std::cout
+        << "[llm] decode GEMM: clusters resident at once by size (fp16 -> residual, normed -> "
+           "SiLU pair):";
+    for (int splits = 2; splits <= llm_detail::kGemvMaxClusterSplits; ++splits) {
+      const StatusOr<int> half = llm_detail::gemv_active_clusters(
+          llm_detail::GemvInput::kHalf, llm_detail::GemvOutput::kResidual, splits);
+      const StatusOr<int> pair = llm_detail::gemv_active_clusters(
+          llm_detail::GemvInput::kNormed, llm_detail::GemvOutput::kSiluPair, splits);
+      ASSERT_TRUE(half.ok() && pair.ok());
+      std::cout << " " << splits << ": " << *half << ", " << *pair << ";";
+    }
+    std::cout << "\n";
+    EXPECT_GT(cluster_cases, 0);
+    std::cout << "[llm] decode GEMM: " << cluster_cases
+              << " cases with the cluster reduction, bit-identical to the global fix-up\n";
+  } else {
+    std::cout << "[llm] decode GEMM: no thread block clusters before sm_90, cluster reduction "
+                 "not checked\n";
   }
 }
 
@@ -506,6 +548,22 @@ void time_steps(LlmDecoder& decoder, int batch, int position, const std::string&
   cudaEventDestroy(stop);
 }
 
+// Where the decoder reduces its k-splits in clusters: the step without them, then the default
+// again, alternated in one process so that the two are compared under the same conditions.
+void compare_without_clusters(LlmDecoder& decoder, const LlmConfig& config, cudaStream_t stream) {
+  if (!decoder.info().cluster_reduction) return;
+  LlmDecoderOptions options;
+  options.cluster_reduction = false;
+  auto global = LlmDecoder::create(config, options);
+  ASSERT_TRUE(global.ok()) << global.status().to_string();
+  std::cout << "[llm] " << config.name
+            << " without cluster reduction: " << (*global)->info().describe() << "\n";
+  for (int batch : {1, 16}) {
+    time_steps(**global, batch, 24, ", no cluster reduction", stream);
+    time_steps(decoder, batch, 24, ", again", stream);
+  }
+}
+
 // A batch-16 generate; request 3 alone gives the same bits; the whole generate timed.
 void check_shaped(LlmDecoder& decoder, int batch, cudaStream_t stream) {
   const LlmConfig& c = decoder.config();
@@ -563,6 +621,7 @@ TEST_F(LlmGpu, OneBillionShapedRunsAndReportsItsTime) {
   ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
   check_shaped(**decoder, 16, stream_);
   for (int batch : {1, 16}) time_steps(**decoder, batch, 24, "", stream_);
+  compare_without_clusters(**decoder, llama_1b_shaped(), stream_);
   decoder->reset();
   for (int block : {16, 32, 64}) {
     LlmDecoderOptions options;
@@ -615,6 +674,7 @@ TEST_F(LlmGpu, EightBillionShapedRunsAndReportsItsTime) {
             << double(total_bytes - free_bytes) / 1e9 << " GB\n";
   check_shaped(**decoder, 16, stream_);
   for (int batch : {1, 16}) time_steps(**decoder, batch, 24, "", stream_);
+  compare_without_clusters(**decoder, llama_8b_shaped(), stream_);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "gpuopt/kernels/quant_formats.hpp"
 #include "gpuopt/pipeline/llm.hpp"
@@ -79,6 +81,45 @@ TEST(LlmGemvPlan, CoversTheLayerAndGivesEveryWarpWork) {
   EXPECT_EQ(plan_gemv(8192, 2048, false, 132).splits, 12);   // down: 32 strips, 396 / 32
   EXPECT_EQ(plan_gemv(2048, 128256, false, 132).splits, 1);  // lm_head: 2004 strips fill the GPU
   EXPECT_EQ(plan_gemv(2048, 3072, false, 132, 1).splits, 1);
+}
+
+// With clusters: plan_gemv's splits capped at a cluster's 8, in clusters when all the items'
+// clusters are resident at once, else plan_gemv's plan. The fake device holds what the H200
+// reported (132 SMs, 3 blocks per SM): 198, 124, 92, 69, 62, 47, 45 clusters of 2..8 blocks.
+TEST(LlmGemvPlan, ClustersWhereTheyFitInOneWave) {
+  using llm_detail::plan_gemv;
+  using llm_detail::plan_gemv_cluster;
+  std::vector<int> asked;
+  auto h200 = [&](int splits) {
+    asked.push_back(splits);
+    static constexpr int kActive[] = {0, 0, 198, 124, 92, 69, 62, 47, 45};
+    return kActive[splits];
+  };
+  // 1B shapes: qkv 48 items x 4, o 32 x 4 fit; down's 12 splits capped at 8 (32 clusters of 8
+  // fit); gate/up's 128 clusters of 3 do not (124): 3 splits, global; lm_head one split.
+  llm_detail::GemvPlan plan = plan_gemv_cluster(2048, 3072, false, 132, h200);
+  EXPECT_EQ(plan.splits, 4);
+  EXPECT_TRUE(plan.cluster);
+  EXPECT_EQ(plan.partial_floats(16, 3072), 0u);
+  plan = plan_gemv_cluster(8192, 2048, false, 132, h200);
+  EXPECT_EQ(plan.splits, 8);
+  EXPECT_TRUE(plan.cluster);
+  plan = plan_gemv_cluster(2048, 16384, true, 132, h200);
+  EXPECT_EQ(plan.splits, 3);
+  EXPECT_FALSE(plan.cluster);
+  EXPECT_EQ(plan.partial_floats(16, 16384), 3u * 16 * 16384);
+  asked.clear();
+  plan = plan_gemv_cluster(2048, 128256, false, 132, h200);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_FALSE(plan.cluster);
+  EXPECT_TRUE(asked.empty());  // one split: nothing to ask
+  // 8B shapes: qkv 96 items x 4 (92 fit), o and down 64 x 6 (62 fit): all global, as planned.
+  for (const auto& [k, n] : {std::pair{4096, 6144}, {4096, 4096}, {14336, 4096}}) {
+    plan = plan_gemv_cluster(k, n, false, 132, h200);
+    const llm_detail::GemvPlan global = plan_gemv(k, n, false, 132);
+    EXPECT_FALSE(plan.cluster) << k << " x " << n;
+    EXPECT_EQ(plan.splits, global.splits) << k << " x " << n;
+  }
 }
 
 TEST(LlmConfig, RejectsShapesTheGemmCannotRun) {
