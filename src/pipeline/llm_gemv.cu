@@ -129,6 +129,8 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(
   __shared__ float final_sums[kParts][kRows][64];
   __shared__ float inv_rows[kRows];
   __shared__ int is_last;
+  // kResidual: the rows' residual over this strip, fetched at the start (see below).
+  __shared__ __align__(16) float residual_rows[kOut == GemvOutput::kResidual ? kRows : 1][64];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, c = lane % 4;
@@ -160,6 +162,17 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(
   }
   pdl_trigger();
   pdl_wait();
+
+  // The residual the epilogue adds to, copied into shared memory now, beside the x rows, so that
+  // the add after the reduction does not wait on another L2 round trip. Every block fetches every
+  // row (at most 4 KB): which block writes which row is known only at the end.
+  if constexpr (kOut == GemvOutput::kResidual) {
+    for (int idx = threadIdx.x; idx < a.m * 16; idx += blockDim.x) {
+      const int row = idx / 16, chunk = idx % 16;
+      copy_async_16(&residual_rows[row][4 * chunk],
+                    a.residual_out + static_cast<std::size_t>(row) * a.n + strip * 64 + 4 * chunk);
+    }
+  }
 
   // The group's x rows < M into this warp's stage, 16 bytes per lane per copy: a fp32 row of the
   // group is 32 lanes x 4 floats, a fp16 row 16 lanes x 8 halves (two rows per copy).
@@ -388,8 +401,8 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(
       for (int r = warp; r < rows; r += kGemvWarps) {
         const int row = row0 + r * row_step;
         float* res = a.residual_out + static_cast<std::size_t>(row) * a.n + strip * 64;
-        const float r0 = __fadd_rn(res[lane], sums(0, row, lane));
-        const float r1 = __fadd_rn(res[lane + 32], sums(0, row, lane + 32));
+        const float r0 = __fadd_rn(residual_rows[row][lane], sums(0, row, lane));
+        const float r1 = __fadd_rn(residual_rows[row][lane + 32], sums(0, row, lane + 32));
         res[lane] = r0;
         res[lane + 32] = r1;
         const float total = warp_sum_fixed(__fadd_rn(__fmul_rn(r0, r0), __fmul_rn(r1, r1)));
@@ -597,6 +610,10 @@ Status launch_gemv(GemvInput input, GemvOutput output, const GemvArgs& a, bool p
     return bad("residual output needs residual_out, ssq_out and ssq_stride >= M");
   }
   if (output != GemvOutput::kResidual && a.y == nullptr) return bad("no y");
+  if (output == GemvOutput::kResidual &&
+      reinterpret_cast<std::uintptr_t>(a.residual_out) % 16 != 0) {
+    return bad("residual_out not 16-byte aligned");
+  }
   // The x rows are staged with 16-byte copies.
   const void* rows = input == GemvInput::kHalf ? a.x : static_cast<const void*>(a.residual);
   if (reinterpret_cast<std::uintptr_t>(rows) % 16 != 0) {
