@@ -159,6 +159,19 @@ std::size_t decode_attention_shared(int head_dim, int max_context, int threads) 
           2 * static_cast<std::size_t>(max_context)) *
          sizeof(float);
 }
+// With the earlier positions' K and V rows staged in shared memory (k_llm_attention<true>): 16
+// bytes of alignment and fp16 K and V [max_context][head_dim].
+std::size_t decode_attention_staged_shared(int head_dim, int max_context, int threads) {
+  return decode_attention_shared(head_dim, max_context, threads) + 16 +
+         2 * static_cast<std::size_t>(max_context) * head_dim * sizeof(__half);
+}
+// Contexts whose K and V rows fit in this much shared memory are staged.
+constexpr std::size_t kDecodeAttentionStagedBytes = 64 * 1024;
+
+__device__ __forceinline__ void attention_copy_16(void* shared, const void* global) {
+  const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+}
 
 // One block per (query head, request): RoPE (rotate-half pairs) on this head's q and its KV
 // head's new k at `position`, the new k (fp16) and v written into the paged cache by the group's
@@ -173,6 +186,11 @@ std::size_t decode_attention_shared(int head_dim, int max_context, int threads) 
 //   ... in order, then a butterfly over the warp; so every warp has the same bits;
 // - output: thread (part, pair) sums positions part, part + parts, ... (parts = threads / pairs)
 //   for its half2 pair of v, and the parts' sums are added in part order.
+// kStaged: each earlier position's K and V rows are copied into shared memory (cp.async) by the
+// thread that looks the position up, so both arrive in one round trip, together, before the
+// first barrier (otherwise K is read after it and V after the softmax: two more round trips).
+// The same values in the same order: the same bits.
+template <bool kStaged>
 __global__ void __launch_bounds__(kDecodeAttentionThreads)
     k_llm_attention(const __half* qkv, const float* cos_table, const float* sin_table,
                     const StepState* state, __half* k_cache, __half* v_cache,
@@ -195,6 +213,10 @@ __global__ void __launch_bounds__(kDecodeAttentionThreads)
   float* partial = v_new + head_dim;
   float* scores = partial + max(head_dim, 2 * threads);
   int* rows = reinterpret_cast<int*>(scores + position + 1);
+  // kStaged: K and V rows [position][head_dim] fp16, 16-byte aligned after rows.
+  __half* k_rows = reinterpret_cast<__half*>(
+      (reinterpret_cast<std::uintptr_t>(rows + position) + 15) & ~std::uintptr_t{15});
+  __half* v_rows = k_rows + static_cast<std::size_t>(position) * head_dim;
 
   const __half* row = qkv + static_cast<std::size_t>(b) * (heads + 2 * kv_heads) * head_dim;
   const float* cs = cos_table + static_cast<std::size_t>(position) * half;
@@ -227,7 +249,16 @@ __global__ void __launch_bounds__(kDecodeAttentionThreads)
   for (int t = threadIdx.x; t < position; t += threads) {  // cache_offset / head_dim, in int
     const int block = block_table[b * blocks_per_request + t / block_tokens];
     rows[t] = (block * kv_heads + kvh) * block_tokens + t % block_tokens;
+    if constexpr (kStaged) {
+      const std::size_t from = static_cast<std::size_t>(rows[t]) * head_dim;
+      const std::size_t to = static_cast<std::size_t>(t) * head_dim;
+      for (int c = 0; c < head_dim; c += 8) {
+        attention_copy_16(k_rows + to + c, k_cache + from + c);
+        attention_copy_16(v_rows + to + c, v_cache + from + c);
+      }
+    }
   }
+  if constexpr (kStaged) asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();
 
   // Scores: group g of G lanes takes positions g, g + groups, ... (the bound is the same for
@@ -247,8 +278,9 @@ __global__ void __launch_bounds__(kDecodeAttentionThreads)
       const int p = j + m * lanes;
       k[m] = make_float2(0.0f, 0.0f);
       if (t < position && p < half) {
-        k[m] = __half22float2(reinterpret_cast<const __half2*>(
-            k_cache + static_cast<std::size_t>(rows[t]) * head_dim)[p]);
+        const __half* k_row = kStaged ? k_rows + static_cast<std::size_t>(t) * head_dim
+                                      : k_cache + static_cast<std::size_t>(rows[t]) * head_dim;
+        k[m] = __half22float2(reinterpret_cast<const __half2*>(k_row)[p]);
       } else if (t == position && p < half) {
         k[m] = k_new2[p];
       }
@@ -290,10 +322,10 @@ __global__ void __launch_bounds__(kDecodeAttentionThreads)
 #pragma unroll 4
     for (int t = part; t <= position; t += parts) {
       const float e = expf(scores[t] - max_score);
-      const float2 v = t < position
-                           ? __half22float2(reinterpret_cast<const __half2*>(
-                                 v_cache + static_cast<std::size_t>(rows[t]) * head_dim)[p])
-                           : v_new2[p];
+      const __half* v_row = kStaged ? v_rows + static_cast<std::size_t>(t) * head_dim
+                                    : v_cache + static_cast<std::size_t>(rows[t]) * head_dim;
+      const float2 v =
+          t < position ? __half22float2(reinterpret_cast<const __half2*>(v_row)[p]) : v_new2[p];
       acc.x = __fmaf_rn(e, v.x, acc.x);
       acc.y = __fmaf_rn(e, v.y, acc.y);
     }
@@ -900,11 +932,16 @@ class CudaLlmDecoder final : public LlmDecoder {
     // One partial-sum area for every GEMM: they run one after another, each after the previous
     // has finished (pdl_wait), and each leaves its counters zero.
     GPUOPT_RETURN_IF_ERROR(allocate(partials_, std::max<std::size_t>(partial_floats_, 1)));
-    attention_shared_ = decode_attention_shared(c.head_dim, c.max_context, kDecodeAttentionThreads);
+    const std::size_t staged =
+        decode_attention_staged_shared(c.head_dim, c.max_context, kDecodeAttentionThreads);
+    attention_staged_ = staged <= kDecodeAttentionStagedBytes;
+    attention_shared_ = attention_staged_ ? staged
+                                          : decode_attention_shared(c.head_dim, c.max_context,
+                                                                    kDecodeAttentionThreads);
     if (attention_shared_ > 48 * 1024) {
-      GPUOPT_CUDA_TRY(cudaFuncSetAttribute(k_llm_attention,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(attention_shared_)));
+      GPUOPT_CUDA_TRY(cudaFuncSetAttribute(
+          attention_staged_ ? k_llm_attention<true> : k_llm_attention<false>,
+          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(attention_shared_)));
     }
     if (info_.prefill) {
       prefill_attention_shared_ =
@@ -1189,10 +1226,10 @@ class CudaLlmDecoder final : public LlmDecoder {
       GPUOPT_RETURN_IF_ERROR(
           llm_detail::launch_gemv(GemvInput::kNormed, GemvOutput::kHalf, a, pdl, stream));
       GPUOPT_RETURN_IF_ERROR(launch_kernel(
-          k_llm_attention, dim3(c.heads, batch), dim3(kDecodeAttentionThreads), attention_shared_,
-          stream, pdl, qkv_, rope_cos_, rope_sin_, state_, k_cache_ + l * cache_layer_,
-          v_cache_ + l * cache_layer_, block_table_, blocks_per_request_, info_.kv_block_tokens,
-          c.heads, c.kv_heads, c.head_dim, attention_));
+          attention_staged_ ? k_llm_attention<true> : k_llm_attention<false>, dim3(c.heads, batch),
+          dim3(kDecodeAttentionThreads), attention_shared_, stream, pdl, qkv_, rope_cos_, rope_sin_,
+          state_, k_cache_ + l * cache_layer_, v_cache_ + l * cache_layer_, block_table_,
+          blocks_per_request_, info_.kv_block_tokens, c.heads, c.kv_heads, c.head_dim, attention_));
       a = gemv_args(o, batch);
       a.x = attention_;
       a.residual_out = residual_;
@@ -1292,6 +1329,7 @@ class CudaLlmDecoder final : public LlmDecoder {
   __half* k_cache_ = nullptr;    // [layer][block][kv_head][block_tokens][head_dim]
   __half* v_cache_ = nullptr;
   std::size_t attention_shared_ = 0;
+  bool attention_staged_ = false;  // k_llm_attention<true>: K and V rows staged in shared memory
   std::size_t prefill_attention_shared_ = 0;
   __half* token_table_ = nullptr;  // [vocab][hidden]
   float* projection_ = nullptr;    // [hidden][embed_dim]

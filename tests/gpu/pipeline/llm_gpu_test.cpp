@@ -460,6 +460,31 @@ TEST_F(LlmGpu, DecodeGemmMatchesTheReferenceAndIsRowIndependent) {
 
 // Graph replay vs one-by-one launches, with and without programmatic launch, over a contiguous and
 // several paged KV caches: the same tokens and embeddings bit for bit.
+// The decode attention stages the earlier positions' K and V rows in shared memory when a context
+// of max_context fits in 64 KB (the tiny model's 32 positions of 32 dimensions do), and reads them
+// from the cache otherwise (640 positions: 80 KB). The same values in the same order: the same
+// tokens, logits and embeddings bit for bit.
+TEST_F(LlmGpu, StagedAndUnstagedAttentionGiveTheSameBits) {
+  const LlmConfig staged_config = tiny_llm();
+  LlmConfig long_config = staged_config;
+  long_config.max_context = 640;
+  ASSERT_GT(2.0 * long_config.max_context * long_config.head_dim * 2, 64 * 1024);
+  const int batch = 3, prompt_len = 5, new_tokens = staged_config.max_context - prompt_len;
+  const auto prompts =
+      random_prompts(batch, prompt_len, staged_config.vocab, std::random_device{}());
+  auto staged = LlmDecoder::create(staged_config);
+  auto unstaged = LlmDecoder::create(long_config);
+  ASSERT_TRUE(staged.ok()) << staged.status().to_string();
+  ASSERT_TRUE(unstaged.ok()) << unstaged.status().to_string();
+  const Outputs a = run(**staged, prompts, batch, prompt_len, new_tokens, true, stream_);
+  const Outputs b = run(**unstaged, prompts, batch, prompt_len, new_tokens, true, stream_);
+  EXPECT_EQ(a.tokens, b.tokens);
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(a.embeddings.data(), b.embeddings.data(),
+                           a.embeddings.size() * sizeof(float)));
+}
+
 TEST_F(LlmGpu, GraphsAndPagedCacheGiveTheSameBits) {
   const LlmConfig config = tiny_llm();
   const unsigned seed = std::random_device{}();
