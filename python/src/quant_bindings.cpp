@@ -179,7 +179,7 @@ void bind_quant(nb::module_& module) {
            nb::arg("m"), nb::arg("k"), nb::arg("n"), nb::arg("group_size"), nb::arg("dtype"),
            nb::arg("has_zeros"), nb::arg("tiles"), nb::arg("scales"), nb::arg("zeros"),
            nb::arg("perm"), nb::arg("sm_count") = 0, nb::arg("deterministic") = false,
-           nb::arg("fallback_min_m") = kernels::W4A16Options::kAutoFallback,
+           nb::arg("fallback_min_m") = 0,
            "Device pointers as integers; perm 0 = identity. Checks the shape.")
       .def("workspace_size", &PyW4A16Plan::workspace_size, nb::arg("x"), nb::arg("y"),
            "Bytes of device workspace the GEMM needs.")

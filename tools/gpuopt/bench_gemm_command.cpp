@@ -105,8 +105,8 @@ GPUOPT_REGISTER_COMMAND("bench", 70, [](CLI::App& parent, int& exit_code) {
   command->add_flag("--deterministic", args->gemm.gemm.deterministic,
                     "W4A16Options::deterministic: run-to-run identical bits, no cuBLAS takeover");
   command->add_option("--fallback-min-m", args->gemm.gemm.fallback_min_m,
-                      "M from which dequantise + cuBLAS runs: -1 = the measured takeover "
-                      "(default), 0 = never");
+                      "M from which dequantise + cuBLAS runs on a dense fp16 copy of the "
+                      "weight (N x K x 2 bytes): 0 = never (default), -1 = the measured takeover");
   // W4A16Tuning: overrides of the kernels' own plans, for A/B runs.
   command->add_option("--pipeline", args->pipeline,
                       "swapped kernel's copy pipeline: auto (default), cp-async or bulk-k128");

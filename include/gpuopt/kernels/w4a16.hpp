@@ -173,12 +173,15 @@ struct W4A16Tuning {
 };
 
 struct W4A16Options {
-  // From this M on, run cuBLAS on a dense fp16/bf16 copy of the weight that initialize() writes
-  // into the workspace (N x K x 2 bytes: the int4 memory saving is lost for this W4A16Gemm, and
-  // workspace_size() says so); 0 = never; kAutoFallback (the default) = from the M where the int4
-  // kernels stop beating cuBLAS on this GPU and layer, W4A16Gemm::auto_fallback_min_m().
+  // The cuBLAS takeover, opt-in: from this M on, run cuBLAS on a dense fp16/bf16 copy of the
+  // weight that initialize() writes into the workspace (N x K x 2 bytes, 3.9 times the int4
+  // weights and scales at group 128: the int4 memory saving is lost for this W4A16Gemm, and
+  // workspace_size() says so). 0 (the default) = never: the int4 weights stay the only copy, at
+  // the int4 kernels' speed (0.63-0.79x cuBLAS fp16 at M = 256..4096 on the H200's 70B shapes,
+  // docs/PERFORMANCE.md). kAutoFallback = from the M where the int4 kernels stop beating cuBLAS on
+  // this GPU and layer, W4A16Gemm::auto_fallback_min_m().
   static constexpr int kAutoFallback = -1;
-  int fallback_min_m = kAutoFallback;
+  int fallback_min_m = 0;
   // Forces a path for tests and benchmarks (W4A16ForcePath); kAuto = choose.
   W4A16ForcePath force_path = W4A16ForcePath::kAuto;
   // Overrides the stream-K grid (0 = occupancy x SMs). Ignored when `deterministic`.

@@ -221,9 +221,9 @@ StatusOr<W4A16DeviceWeights> random_device_weights(int k, int n, std::uint64_t s
   return W4A16DeviceWeights::upload(host, stream);
 }
 
-// On a partition (W4A16Options::sm_count) the takeover comes earlier, by the partition's share of
-// the SMs (the table in auto_fallback_min_m), and the plan follows it: below the M the int4
-// kernel, from it the cuBLAS path.
+// On a partition (W4A16Options::sm_count) the opt-in takeover comes earlier, by the partition's
+// share of the SMs (the table in auto_fallback_min_m), and the plan follows it: below the M the
+// int4 kernel, from it the cuBLAS path.
 TEST(W4A16GemmGpuFallback, PartitionsTakeOverEarlier) {
   GPUOPT_REQUIRE_GPU();
   int sms = 0;
@@ -255,6 +255,7 @@ TEST(W4A16GemmGpuFallback, PartitionsTakeOverEarlier) {
   for (const int m : {from - 1, from}) {
     W4A16Options options;
     options.sm_count = count;
+    options.fallback_min_m = W4A16Options::kAutoFallback;
     W4A16Gemm gemm(options);
     W4A16Gemm::Arguments arguments{m, dx, dy, &*weights};
     auto bytes = gemm.workspace_size(arguments);
@@ -265,9 +266,9 @@ TEST(W4A16GemmGpuFallback, PartitionsTakeOverEarlier) {
   }
 }
 
-// The default W4A16Options (kAutoFallback): the int4 kernels below auto_fallback_min_m(), cuBLAS on
-// the dense copy from it on (workspace_size() counts the N x K x 2 bytes), both against the twin;
-// deterministic mode never takes it; an explicit 0 turns it off.
+// The opt-in takeover (kAutoFallback): the int4 kernels below auto_fallback_min_m(), cuBLAS on the
+// dense copy from it on (workspace_size() counts the N x K x 2 bytes), both against the twin;
+// deterministic mode never takes it; the default options (0) never do: no dense copy at any M.
 TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
   GPUOPT_REQUIRE_GPU();
   for (const auto& shape : {std::pair{1024, 512}, std::pair{4096, 8192}, std::pair{8192, 4096},
@@ -296,9 +297,9 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     void* dy = device.allocate(static_cast<std::size_t>(*from) * n * 2);
     const std::size_t dense = static_cast<std::size_t>(n) * k * 2;
     for (const int m : {*from - 1, *from}) {
-      for (const int setting : {W4A16Options::kAutoFallback, 0}) {
-        W4A16Options options;
-        options.fallback_min_m = setting;
+      for (const int setting : {W4A16Options::kAutoFallback, 0, 1 << 30}) {
+        W4A16Options options;  // 1 << 30 stands for the defaults, left untouched
+        if (setting != 1 << 30) options.fallback_min_m = setting;
         W4A16Gemm gemm(options);
         W4A16Gemm::Arguments arguments{m, dx, dy, &*weights};
         auto bytes = gemm.workspace_size(arguments);
