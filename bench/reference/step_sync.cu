@@ -175,9 +175,9 @@ int main(int argc, char** argv) {
     std::printf("step_sync: grid barrier: skipped (no cooperative launch)\n");
   } else {
     int steps_arg = steps;
-    void* args[] = {&buffers, &steps_arg, &barrier, &barrier};
+    unsigned* counter = barrier;
     unsigned* generation = barrier + 1;
-    args[3] = &generation;
+    void* args[] = {&buffers, &steps_arg, &counter, &generation};
     CHECK(cudaMemsetAsync(buffers, 0, 2 * sizeof(int) * blocks, stream));
     CHECK(cudaMemsetAsync(barrier, 0, 2 * sizeof(unsigned), stream));
     CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(k_persistent), dim3(blocks),

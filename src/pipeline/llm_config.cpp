@@ -114,8 +114,10 @@ int llm_scale_exponent(int k) {
 std::string LlmDecoderInfo::describe() const {
   return std::string("graphs ") + (cuda_graphs ? "on" : "off") + ", programmatic launch " +
          (programmatic_launch ? "on" : "off") + ", cluster reduction " +
-         (cluster_reduction ? "on" : "off") + ", KV block " + std::to_string(kv_block_tokens) +
-         " tokens, GEMMs planned for " + std::to_string(sm_count) + " SMs, prefill " +
+         (cluster_reduction ? "on" : "off") + ", attention K/V " +
+         (attention_staged ? "staged" : "from the cache") + ", KV block " +
+         std::to_string(kv_block_tokens) + " tokens, GEMMs planned for " +
+         std::to_string(sm_count) + " SMs, prefill " +
          (prefill ? "on (W4A16 GEMM slices of " + std::to_string(prefill_gemm_rows) + " rows)"
                   : std::string("off")) +
          ", workspace " + std::to_string(static_cast<long long>(workspace_bytes)) + " bytes" +

@@ -934,13 +934,13 @@ class CudaLlmDecoder final : public LlmDecoder {
     GPUOPT_RETURN_IF_ERROR(allocate(partials_, std::max<std::size_t>(partial_floats_, 1)));
     const std::size_t staged =
         decode_attention_staged_shared(c.head_dim, c.max_context, kDecodeAttentionThreads);
-    attention_staged_ = staged <= kDecodeAttentionStagedBytes;
-    attention_shared_ = attention_staged_ ? staged
-                                          : decode_attention_shared(c.head_dim, c.max_context,
-                                                                    kDecodeAttentionThreads);
+    info_.attention_staged = staged <= kDecodeAttentionStagedBytes;
+    attention_shared_ = info_.attention_staged ? staged
+                                               : decode_attention_shared(c.head_dim, c.max_context,
+                                                                         kDecodeAttentionThreads);
     if (attention_shared_ > 48 * 1024) {
       GPUOPT_CUDA_TRY(cudaFuncSetAttribute(
-          attention_staged_ ? k_llm_attention<true> : k_llm_attention<false>,
+          info_.attention_staged ? k_llm_attention<true> : k_llm_attention<false>,
           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(attention_shared_)));
     }
     if (info_.prefill) {
@@ -1226,10 +1226,11 @@ class CudaLlmDecoder final : public LlmDecoder {
       GPUOPT_RETURN_IF_ERROR(
           llm_detail::launch_gemv(GemvInput::kNormed, GemvOutput::kHalf, a, pdl, stream));
       GPUOPT_RETURN_IF_ERROR(launch_kernel(
-          attention_staged_ ? k_llm_attention<true> : k_llm_attention<false>, dim3(c.heads, batch),
-          dim3(kDecodeAttentionThreads), attention_shared_, stream, pdl, qkv_, rope_cos_, rope_sin_,
-          state_, k_cache_ + l * cache_layer_, v_cache_ + l * cache_layer_, block_table_,
-          blocks_per_request_, info_.kv_block_tokens, c.heads, c.kv_heads, c.head_dim, attention_));
+          info_.attention_staged ? k_llm_attention<true> : k_llm_attention<false>,
+          dim3(c.heads, batch), dim3(kDecodeAttentionThreads), attention_shared_, stream, pdl, qkv_,
+          rope_cos_, rope_sin_, state_, k_cache_ + l * cache_layer_, v_cache_ + l * cache_layer_,
+          block_table_, blocks_per_request_, info_.kv_block_tokens, c.heads, c.kv_heads, c.head_dim,
+          attention_));
       a = gemv_args(o, batch);
       a.x = attention_;
       a.residual_out = residual_;
@@ -1329,7 +1330,6 @@ class CudaLlmDecoder final : public LlmDecoder {
   __half* k_cache_ = nullptr;    // [layer][block][kv_head][block_tokens][head_dim]
   __half* v_cache_ = nullptr;
   std::size_t attention_shared_ = 0;
-  bool attention_staged_ = false;  // k_llm_attention<true>: K and V rows staged in shared memory
   std::size_t prefill_attention_shared_ = 0;
   __half* token_table_ = nullptr;  // [vocab][hidden]
   float* projection_ = nullptr;    // [hidden][embed_dim]

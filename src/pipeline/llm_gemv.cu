@@ -317,9 +317,9 @@ __global__ void __launch_bounds__(32 * kGemvWarps, kGemvBlocksPerSm) k_llm_gemv(
         for (int r = 0; r < kN8; ++r) mma_16816(group_acc[r][j], frag, b[r]);
       }
     }
-    // The next group's x: up to 8 rows staged before this group's scale multiply, above 8 after it
-    // (H200: 1B step batch 1 0.483 against 0.490 ms; batch 16 0.917 against 0.929 ms the other
-    // way).
+    // The next group's x: up to 8 rows staged before this group's scale multiply, above 8 after it.
+    // H200, one run, staging after the multiply at every row count against before it: 1B step
+    // batch 1 0.490 against 0.483 ms (slower), batch 16 0.917 against 0.929 ms (faster).
     if (kN8 == 1 && following < g1) {
       __syncwarp();  // every lane has read this group's x
       stage_x(following);

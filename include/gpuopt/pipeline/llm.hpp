@@ -93,6 +93,9 @@ struct LlmDecoderInfo {
   bool cuda_graphs = false;
   bool programmatic_launch = false;
   bool cluster_reduction = false;
+  // The decode attention copies the earlier positions' K and V rows into shared memory (a
+  // context of max_context positions fits in 64 KB); false: it reads them from the cache.
+  bool attention_staged = false;
   int kv_block_tokens = 0;  // resolved: max_context when the cache is contiguous
   int sm_count = 0;         // the SMs the GEMMs were planned for
   bool prefill = false;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -297,9 +298,11 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     void* dy = device.allocate(static_cast<std::size_t>(*from) * n * 2);
     const std::size_t dense = static_cast<std::size_t>(n) * k * 2;
     for (const int m : {*from - 1, *from}) {
-      for (const int setting : {W4A16Options::kAutoFallback, 0, 1 << 30}) {
-        W4A16Options options;  // 1 << 30 stands for the defaults, left untouched
-        if (setting != 1 << 30) options.fallback_min_m = setting;
+      // kAutoFallback, 0, and the defaults left untouched (nullopt).
+      for (const std::optional<int> setting : {std::optional<int>(W4A16Options::kAutoFallback),
+                                               std::optional<int>(0), std::optional<int>()}) {
+        W4A16Options options;
+        if (setting) options.fallback_min_m = *setting;
         W4A16Gemm gemm(options);
         W4A16Gemm::Arguments arguments{m, dx, dy, &*weights};
         auto bytes = gemm.workspace_size(arguments);
