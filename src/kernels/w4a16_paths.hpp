@@ -103,14 +103,24 @@ int deterministic_splits(int sms, int n_tiles, int stages_per_tile);
 // SM a block (short splits pay the pipeline fill and the partial-tile atomics too often).
 // Measured on the H200 (2026-11-30, fast-copy variants): 8192x28672 M=64 4 splits 101.8 us vs 7
 // 108.6, M=128 172.0 vs 188.8; 28672x8192 M=32 8 splits 66.2 vs 4 81.6, M=128 4 138.6 vs 2 230.4.
+//
+// Preferred to it, for 32- and 64-token tiles, one wave: the most splits (at most 16, each at least
+// 8 stages) whose blocks all fit the wave, where they fill at least 80 % of it and stream-K would
+// give each block fewer than 32 stages. Such splits run with the shared fix-up and beat both
+// stream-K and k-splits over two waves there (H200, 2026-12-04, M = 17..64, docs/PERFORMANCE.md):
+// 3584x18944 M=64 3 splits 31.5 us vs 7 splits over two waves 45.0; 4096x14336 M=64 4 splits 28.6
+// vs stream-K 33.5; 14336x4096 M=64 16 splits 27.0 vs stream-K 33.5. With 32 or more stream-K
+// stages a block (8192x28672: 54) stream-K stays ahead (M=64 74.0 vs 2 splits 77.2); so does it at
+// M <= 24 where it applies and the one wave would leave a tenth idle. `m` is the GEMM's M.
 struct WgmmaSplits {
   int splits = 1;
-  double fill = 0;  // blocks / (waves x slots) with those splits
+  double fill = 0;        // blocks / (waves x slots) with those splits
+  bool one_wave = false;  // the one-wave choice above: no stream-K
 };
-WgmmaSplits choose_wgmma_splits(int tiles, int k_stages, int slots, int sms, int tokens);
+WgmmaSplits choose_wgmma_splits(int tiles, int k_stages, int slots, int sms, int tokens, int m);
 // Whether stream-K suits the wgmma kernel: 32- and 64-token tiles, k-splits that leave more than a
-// tenth of the wave idle, and at least 12 stages a block.
-bool wgmma_stream_k_fits(int tokens, double fill, int tiles, int k_stages, int slots);
+// tenth of the wave idle and are not the one-wave choice, and at least 12 stages a block.
+bool wgmma_stream_k_fits(int tokens, const WgmmaSplits& chosen, int tiles, int k_stages, int slots);
 
 // Original mma.sync kernels (w4a16_sm80_mma_tiled.cu): x rows as the mma A operand, or the
 // weights (swapped), shared-memory stages, stream-K. tiled_shared_bytes: a block's shared memory

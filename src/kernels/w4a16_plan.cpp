@@ -133,29 +133,18 @@ std::vector<W4A16ForcePath> kernel_candidates(int k, int n, int m, const W4A16Op
 }
 
 int whole_gpu_takeover_m(int k, int n, bool has_wgmma) {
-  // H200, 2026-11-30 06:26 UTC (docs/PERFORMANCE.md, "When cuBLAS takes over"), int4 kernel vs
-  // cuBLAS fp16 in the same run. The wgmma kernel's time is flat inside a token tile (32, 64, 128
-  // tokens), so it loses from the first M of the tile where cuBLAS wins:
-  // - K x N >= 2^27 (8192 x 28672, 28672 x 8192): faster up to M = 128 (1.05-1.11x), 0.78x at 256
-  //   -> cuBLAS from M = 129 (timed in blocks; with the bench's interleaved timing M = 128 is
-  //   1.00x / 1.15x, a tie on 8192 x 28672);
-  // - 2^25 <= K x N < 2^27, after the wgmma fix-up and copy changes (2026-11-30 13:49 and 14:10
-  //   UTC, the int4 kernel forced): with K < N, 3584 x 18944 (Qwen2-7B) 1.08x at M = 33, 1.01x
-  //   at 40, 0.96x at 48, and 4096 x 14336 1.13-1.14x at 40, 1.02-1.04x at 48, 0.95-0.96x at 56
-  //   -> from 40; with K >= N (14336 x 4096, 8192 x 8192, 18944 x 3584) at least 1.05x at every
-  //   M up to 64, and since the k-splits' shared fix-up (2026-11-30 18:38 UTC, same call, two
-  //   repetitions) 1.09 / 1.19 / 1.13x at M = 65, 1.06-1.07 / 1.22-1.23 / 1.15-1.16x at 96,
-  //   1.04-1.06 / 1.18-1.19 / 1.14x at 128 (8192 x 8192 back to back 0.99-1.01x there), 0.61 /
-  //   0.74 / 0.70x at 160 -> from 129 (before it, 18944 x 3584 was 0.93x at 65);
-  // - smaller layers: 4096 x 4096 ties cuBLAS at M = 17..32 (int4 15.8-16.4 us vs cuBLAS
-  //   15.6-17.4 over five runs) and loses from 33 (0.91x) -> from 33.
+  // H200, 2026-12-04 (docs/PERFORMANCE.md, "W4A16 from M = 17"), the int4 kernel with its one-wave
+  // k-splits against cuBLAS fp16 in the same run. The wgmma kernel's time is flat inside a token
+  // tile (32, 64, 128 tokens), so it loses from the first M of the tile where cuBLAS wins:
+  // - K x N >= 2^27 (8192 x 28672, 28672 x 8192) and K >= N from 2^25 (14336 x 4096, 8192 x 8192,
+  //   18944 x 3584): 1.04-1.27x at M = 65..128, 0.52-0.75x at 129 -> from 129;
+  // - K < N below 2^27 (4096 x 14336, 3584 x 18944) and smaller layers (4096 x 4096): at least
+  //   1.28x / 1.29x / 0.99x (a tie) at M = 64, 0.93x / 0.80x / 0.87x at 65 -> from 65.
   // Without the wgmma kernel (Ampere/Ada, or no sm_90a code) M > 16 runs the x-rows kernel, slower
   // than cuBLAS from M = 32 on the H200 -> from 17.
   const long long size = static_cast<long long>(k) * n;
-  return !has_wgmma            ? 17
-         : size >= (1ll << 27) ? 129
-         : size >= (1ll << 25) ? (k >= n ? 129 : 40)
-                               : 33;
+  if (!has_wgmma) return 17;
+  return size >= (1ll << 27) || (size >= (1ll << 25) && k >= n) ? 129 : 65;
 }
 
 int partition_takeover_m(int whole, int sm_count, int device_sms) {
@@ -212,7 +201,9 @@ int deterministic_splits(int sms, int n_tiles, int stages_per_tile) {
   return std::clamp((2 * sms + n_tiles / 2) / n_tiles, 1, std::max(1, stages_per_tile / 4));
 }
 
-WgmmaSplits choose_wgmma_splits(int tiles, int k_stages, int slots, int sms, int tokens) {
+namespace {
+
+WgmmaSplits best_wave_fill(int tiles, int k_stages, int slots, int sms, int tokens) {
   int max_splits = std::max(1, std::min(8, k_stages / 4));
   if (const int long_splits = k_stages / 32;
       long_splits >= 1 && static_cast<long long>(tiles) * long_splits >= sms) {
@@ -238,8 +229,27 @@ WgmmaSplits choose_wgmma_splits(int tiles, int k_stages, int slots, int sms, int
   return chosen;
 }
 
-bool wgmma_stream_k_fits(int tokens, double fill, int tiles, int k_stages, int slots) {
-  return tokens <= 64 && fill < 0.9 && static_cast<long long>(tiles) * k_stages >= 12LL * slots;
+}  // namespace
+
+WgmmaSplits choose_wgmma_splits(int tiles, int k_stages, int slots, int sms, int tokens, int m) {
+  const WgmmaSplits wave_fill = best_wave_fill(tiles, k_stages, slots, sms, tokens);
+  if (tokens > 64 || tiles <= 0) return wave_fill;
+  const int one_wave = std::min({16, slots / tiles, k_stages / 8});
+  const double fill = static_cast<double>(tiles) * one_wave / slots;
+  const bool short_stream_k = static_cast<long long>(tiles) * k_stages < 32LL * slots;
+  if (one_wave < 2 || fill < 0.8 || !short_stream_k) return wave_fill;
+  // Up to 24 rows stream-K's partial tiles are cheap, and where it would run its full wave beats
+  // one a tenth idle (4096x14336 M=17 23.0 vs 23.4 us, 18944x3584 24.7 vs 25.7).
+  if (m <= 24 && fill < 0.9 && wgmma_stream_k_fits(tokens, wave_fill, tiles, k_stages, slots)) {
+    return wave_fill;
+  }
+  return {one_wave, fill, true};
+}
+
+bool wgmma_stream_k_fits(int tokens, const WgmmaSplits& chosen, int tiles, int k_stages,
+                         int slots) {
+  return tokens <= 64 && !chosen.one_wave && chosen.fill < 0.9 &&
+         static_cast<long long>(tiles) * k_stages >= 12LL * slots;
 }
 
 }  // namespace w4a16_detail

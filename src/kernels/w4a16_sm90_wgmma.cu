@@ -935,9 +935,8 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
   const int tiles = column_tiles(w) * token_tiles;
   const int k_stages = w.k / kStageK;
   const int slots = per_sm * sms;
-  const WgmmaSplits chosen = choose_wgmma_splits(tiles, k_stages, slots, sms, kernel.tokens);
+  const WgmmaSplits chosen = choose_wgmma_splits(tiles, k_stages, slots, sms, kernel.tokens, m);
   int splits = chosen.splits;
-  const double best = chosen.fill;
   if (tuning.wgmma_splits > 0) splits = std::min(tuning.wgmma_splits, k_stages);
   // Stream-K: one wave of blocks, each an equal run of the tiles' k-stages laid end to end (so
   // every SM gets the same weight bytes), where the k-splits leave more than a tenth of the wave
@@ -948,7 +947,7 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
   // M=32 (13.6 stages a block) 29.3 vs 33.1 us; on 4096x4096 (3.9 stages a block) slower than
   // cuBLAS at M=32 (19.8 vs 17.2 us).
   // W4A16Tuning::wgmma_stream_k forces it off/on; forced k-splits turn the automatic choice off.
-  const bool stream_k_fits = wgmma_stream_k_fits(kernel.tokens, best, tiles, k_stages, slots);
+  const bool stream_k_fits = wgmma_stream_k_fits(kernel.tokens, chosen, tiles, k_stages, slots);
   const bool stream_k = tuning.wgmma_stream_k.value_or(stream_k_fits && tuning.wgmma_splits <= 0);
 
   long long blocks = stream_k ? std::min<long long>(slots, static_cast<long long>(tiles) * k_stages)

@@ -281,7 +281,7 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     ASSERT_TRUE(weights.ok()) << weights.status().to_string();
     const StatusOr<int> from = W4A16Gemm::auto_fallback_min_m(*weights, 0);
     ASSERT_TRUE(from.ok()) << from.status().to_string();
-    // 1024 x 512 hands over at 33, 2^25 <= K x N < 2^27 at 40 (K < N) or 129 (K >= N), K x N >=
+    // 1024 x 512 hands over at 65, 2^25 <= K x N < 2^27 at 65 (K < N) or 129 (K >= N), K x N >=
     // 2^27 at 129; 17 where the wgmma kernel cannot run (told apart by forcing it: a forced wgmma
     // path fails to plan there).
     W4A16Options wgmma_only;
@@ -289,10 +289,9 @@ TEST(W4A16GemmGpuFallback, AutoTakeoverFromTheMeasuredM) {
     W4A16Gemm probe(wgmma_only);
     void* probe_io = device.allocate(static_cast<std::size_t>(32) * (k + n) * 2);
     const bool has_wgmma = probe.workspace_size({32, probe_io, probe_io, &*weights}).ok();
-    EXPECT_EQ(*from, !has_wgmma           ? 17
-                     : k * n >= (1 << 27) ? 129
-                     : k * n >= (1 << 25) ? (k >= n ? 129 : 40)
-                                          : 33)
+    EXPECT_EQ(*from, !has_wgmma                                             ? 17
+                     : k * n >= (1 << 27) || (k * n >= (1 << 25) && k >= n) ? 129
+                                                                            : 65)
         << k << "x" << n;
     void* dx = device.allocate(static_cast<std::size_t>(*from) * k * 2);
     void* dy = device.allocate(static_cast<std::size_t>(*from) * n * 2);

@@ -191,6 +191,22 @@ TEST(W4A16WgmmaGpuSplits, SharedFixUpMatchesTwin) {
   }
 }
 
+// The default plan's one-wave k-splits (choose_wgmma_splits): planned for 8 SMs (16 slots), a
+// 2048 x 1024 layer has 4 column tiles of 32 stages, so 4 splits of 8 stages fill the wave and run
+// with the shared fix-up instead of stream-K; 32- and 64-token tiles, a partial column tile.
+TEST(W4A16WgmmaGpuSplits, OneWaveSplitsByDefault) {
+  GPUOPT_REQUIRE_SM90();
+  W4A16Options options;
+  options.sm_count = 8;
+  for (int m : {20, 40, 64}) {
+    SCOPED_TRACE("M " + std::to_string(m));
+    check_case({ActivationType::kFloat16, kFormats[1], 128, m, 2048, 1024, options}, 3,
+               "4 k-splits shared-fixup4");
+    check_case({ActivationType::kBFloat16, kFormats[2], 64, m, 2048, 960, options}, 2,
+               "4 k-splits shared-fixup4");
+  }
+}
+
 TEST(W4A16WgmmaGpuLarge, LargerLayer) {
   GPUOPT_REQUIRE_SM90();
   check_case({ActivationType::kFloat16, kFormats[1], 128, 256, 4096, 1280, wgmma_options()}, 2);

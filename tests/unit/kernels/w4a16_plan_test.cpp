@@ -100,13 +100,14 @@ TEST(W4A16PlanTest, WholeGpuTakeoverBySize) {
   EXPECT_EQ(whole_gpu_takeover_m(8192, 28672, true), 129);
   EXPECT_EQ(whole_gpu_takeover_m(28672, 8192, true), 129);
   EXPECT_EQ(whole_gpu_takeover_m(8192, 16384, true), 129);  // 2^27
-  EXPECT_EQ(whole_gpu_takeover_m(8192, 16320, true), 40);   // just under, K < N
-  EXPECT_EQ(whole_gpu_takeover_m(4096, 14336, true), 40);
+  EXPECT_EQ(whole_gpu_takeover_m(8192, 16320, true), 65);   // just under, K < N
+  EXPECT_EQ(whole_gpu_takeover_m(4096, 14336, true), 65);
   EXPECT_EQ(whole_gpu_takeover_m(14336, 4096, true), 129);  // K >= N
   EXPECT_EQ(whole_gpu_takeover_m(8192, 8192, true), 129);
-  EXPECT_EQ(whole_gpu_takeover_m(4096, 8192, true), 40);  // 2^25
-  EXPECT_EQ(whole_gpu_takeover_m(4096, 8128, true), 33);  // just under
-  EXPECT_EQ(whole_gpu_takeover_m(4096, 4096, true), 33);
+  EXPECT_EQ(whole_gpu_takeover_m(4096, 8192, true), 65);   // 2^25, K < N
+  EXPECT_EQ(whole_gpu_takeover_m(8192, 4096, true), 129);  // 2^25, K >= N
+  EXPECT_EQ(whole_gpu_takeover_m(8192, 4032, true), 65);   // just under, K >= N
+  EXPECT_EQ(whole_gpu_takeover_m(4096, 4096, true), 65);
   EXPECT_EQ(whole_gpu_takeover_m(8192, 28672, false), 17);
   EXPECT_EQ(whole_gpu_takeover_m(4096, 4096, false), 17);
 }
@@ -174,23 +175,71 @@ TEST(W4A16PlanTest, StreamKGridAndDeterministicSplits) {
 TEST(W4A16PlanTest, WgmmaSplitsByWaveFill) {
   // 8192 x 28672, M = 64 (64 tokens, 2 blocks per SM): 112 tiles, 128 stages, at most 128 / 32 = 4
   // splits; 1: 42 % of the wave, 2: 85 %, 3: 64 % over two waves, 4: 85 % (a tie goes to more).
-  WgmmaSplits chosen = choose_wgmma_splits(112, 128, 264, 132, 64);
+  WgmmaSplits chosen = choose_wgmma_splits(112, 128, 264, 132, 64, 64);
   EXPECT_EQ(chosen.splits, 4);
   EXPECT_NEAR(chosen.fill, 448.0 / 528.0, 1e-12);
-  EXPECT_TRUE(wgmma_stream_k_fits(64, chosen.fill, 112, 128, 264));  // 85 % < 90 %
+  EXPECT_TRUE(wgmma_stream_k_fits(64, chosen, 112, 128, 264));  // 85 % < 90 %
   // M = 128 (128 tokens, 1 block per SM): every split count fills 85 %; none raises it by 20 %.
-  chosen = choose_wgmma_splits(112, 128, 132, 132, 128);
+  chosen = choose_wgmma_splits(112, 128, 132, 132, 128, 128);
   EXPECT_EQ(chosen.splits, 1);
-  EXPECT_FALSE(wgmma_stream_k_fits(128, chosen.fill, 112, 128, 132));  // 128-token tiles
+  EXPECT_FALSE(wgmma_stream_k_fits(128, chosen, 112, 128, 132));  // 128-token tiles
   // 28672 x 8192, M = 32: 32 tiles, 448 stages, up to 8 splits; 8 fill 97 % of the wave.
-  chosen = choose_wgmma_splits(32, 448, 264, 132, 32);
+  chosen = choose_wgmma_splits(32, 448, 264, 132, 32, 32);
   EXPECT_EQ(chosen.splits, 8);
   EXPECT_NEAR(chosen.fill, 256.0 / 264.0, 1e-12);
-  EXPECT_FALSE(wgmma_stream_k_fits(32, chosen.fill, 32, 448, 264));  // the wave is full
+  EXPECT_FALSE(wgmma_stream_k_fits(32, chosen, 32, 448, 264));  // the wave is full
   // A short layer: 4 stages allow one split; stream-K needs 12 stages a block.
-  chosen = choose_wgmma_splits(16, 4, 264, 132, 32);
+  chosen = choose_wgmma_splits(16, 4, 264, 132, 32, 32);
   EXPECT_EQ(chosen.splits, 1);
-  EXPECT_FALSE(wgmma_stream_k_fits(32, chosen.fill, 16, 4, 264));
+  EXPECT_FALSE(wgmma_stream_k_fits(32, chosen, 16, 4, 264));
+}
+
+// The one-wave k-splits, worked by hand for the H200 (132 SMs, 2 blocks per SM = 264 slots) on the
+// shapes where they were measured against stream-K and two-wave k-splits.
+TEST(W4A16PlanTest, WgmmaOneWaveSplits) {
+  // 3584 x 18944, M = 64: 74 tiles, 56 stages: 264 / 74 = 3 splits fill 84 %; stream-K would give
+  // a block 74 x 56 / 264 = 15.7 stages. (The wave fill alone took 7 splits over two waves.)
+  WgmmaSplits chosen = choose_wgmma_splits(74, 56, 264, 132, 64, 64);
+  EXPECT_EQ(chosen.splits, 3);
+  EXPECT_TRUE(chosen.one_wave);
+  EXPECT_NEAR(chosen.fill, 222.0 / 264.0, 1e-12);
+  EXPECT_FALSE(wgmma_stream_k_fits(64, chosen, 74, 56, 264));
+  // 4096 x 14336, M = 32: 56 tiles, 64 stages: 4 splits (85 %), not stream-K.
+  chosen = choose_wgmma_splits(56, 64, 264, 132, 32, 32);
+  EXPECT_EQ(chosen.splits, 4);
+  EXPECT_TRUE(chosen.one_wave);
+  EXPECT_FALSE(wgmma_stream_k_fits(32, chosen, 56, 64, 264));
+  // 14336 x 4096: 16 tiles, 224 stages: 16 splits (97 %), the most the shared fix-up takes.
+  chosen = choose_wgmma_splits(16, 224, 264, 132, 64, 64);
+  EXPECT_EQ(chosen.splits, 16);
+  EXPECT_TRUE(chosen.one_wave);
+  // 4096 x 4096: 16 tiles, 64 stages: at least 8 stages a split allows 8 (48 %), under 80 %, so
+  // the wave-fill choice (also 8) and no one-wave flag.
+  chosen = choose_wgmma_splits(16, 64, 264, 132, 64, 64);
+  EXPECT_EQ(chosen.splits, 8);
+  EXPECT_FALSE(chosen.one_wave);
+  // 8192 x 28672: stream-K would give each block 112 x 128 / 264 = 54 stages, so not one wave.
+  EXPECT_FALSE(choose_wgmma_splits(112, 128, 264, 132, 64, 64).one_wave);
+  // 128-token tiles never take it (their partial tiles cost 128 KB each).
+  EXPECT_FALSE(choose_wgmma_splits(56, 64, 132, 132, 128, 128).one_wave);
+  // A partition of 16 SMs (32 slots): 74 tiles do not fit one wave at all.
+  EXPECT_FALSE(choose_wgmma_splits(74, 56, 32, 16, 64, 64).one_wave);
+  // Up to 24 rows, where the one wave would leave over a tenth idle, stream-K keeps its full wave:
+  // 4096 x 14336 at M = 17 (4 splits fill 85 %; the wave fill's 8 splits over two waves, 85 %,
+  // leave stream-K fitting) and 18944 x 3584 (14 tiles, 296 stages; 16 splits fill 85 %).
+  chosen = choose_wgmma_splits(56, 64, 264, 132, 32, 17);
+  EXPECT_FALSE(chosen.one_wave);
+  EXPECT_TRUE(wgmma_stream_k_fits(32, chosen, 56, 64, 264));
+  chosen = choose_wgmma_splits(14, 296, 264, 132, 32, 24);
+  EXPECT_FALSE(chosen.one_wave);
+  EXPECT_TRUE(wgmma_stream_k_fits(32, chosen, 14, 296, 264));
+  EXPECT_EQ(choose_wgmma_splits(14, 296, 264, 132, 32, 25).splits, 16);
+  // ... but not where the one wave is nearly full (14336 x 4096, 97 %) or where stream-K would not
+  // run (3584 x 18944: the wave fill's 7 splits over two waves fill 98 %).
+  EXPECT_TRUE(choose_wgmma_splits(16, 224, 264, 132, 32, 17).one_wave);
+  chosen = choose_wgmma_splits(74, 56, 264, 132, 32, 17);
+  EXPECT_TRUE(chosen.one_wave);
+  EXPECT_EQ(chosen.splits, 3);
 }
 
 // Every path and pipeline name parses back to its value; a bad name is refused with the valid ones.
