@@ -118,9 +118,13 @@ struct WgmmaSplits {
   bool one_wave = false;  // the one-wave choice above: no stream-K
 };
 WgmmaSplits choose_wgmma_splits(int tiles, int k_stages, int slots, int sms, int tokens, int m);
-// Whether stream-K suits the wgmma kernel: 32- and 64-token tiles, k-splits that leave more than a
-// tenth of the wave idle and are not the one-wave choice, and at least 12 stages a block.
-bool wgmma_stream_k_fits(int tokens, const WgmmaSplits& chosen, int tiles, int k_stages, int slots);
+// Whether stream-K suits the wgmma kernel, at least 12 stages a block: for 32- and 64-token tiles
+// where the k-splits leave more than a tenth of the wave idle and are not the one-wave choice; for
+// 128-token tiles up to M = 256 (measured there) where the k-splits spill over one wave and leave
+// more than a tenth of it idle (H200 3584x18944 M=65..128: 40.8-48.0 us against 52.3-63.0 with 3
+// splits over two waves; M=129..256 71.2-82.2 against 105.3-112.6 with 1 split, 56 % fill).
+bool wgmma_stream_k_fits(int tokens, const WgmmaSplits& chosen, int tiles, int k_stages, int slots,
+                         int m);
 
 // Original mma.sync kernels (w4a16_sm80_mma_tiled.cu): x rows as the mma A operand, or the
 // weights (swapped), shared-memory stages, stream-K. tiled_shared_bytes: a block's shared memory

@@ -240,16 +240,20 @@ WgmmaSplits choose_wgmma_splits(int tiles, int k_stages, int slots, int sms, int
   if (one_wave < 2 || fill < 0.8 || !short_stream_k) return wave_fill;
   // Up to 24 rows stream-K's partial tiles are cheap, and where it would run its full wave beats
   // one a tenth idle (4096x14336 M=17 23.0 vs 23.4 us, 18944x3584 24.7 vs 25.7).
-  if (m <= 24 && fill < 0.9 && wgmma_stream_k_fits(tokens, wave_fill, tiles, k_stages, slots)) {
+  if (m <= 24 && fill < 0.9 && wgmma_stream_k_fits(tokens, wave_fill, tiles, k_stages, slots, m)) {
     return wave_fill;
   }
   return {one_wave, fill, true};
 }
 
-bool wgmma_stream_k_fits(int tokens, const WgmmaSplits& chosen, int tiles, int k_stages,
-                         int slots) {
-  return tokens <= 64 && !chosen.one_wave && chosen.fill < 0.9 &&
-         static_cast<long long>(tiles) * k_stages >= 12LL * slots;
+bool wgmma_stream_k_fits(int tokens, const WgmmaSplits& chosen, int tiles, int k_stages, int slots,
+                         int m) {
+  const bool long_enough = static_cast<long long>(tiles) * k_stages >= 12LL * slots;
+  if (tokens > 64) {
+    return m <= 256 && chosen.fill < 0.9 && static_cast<long long>(tiles) * chosen.splits > slots &&
+           long_enough;
+  }
+  return !chosen.one_wave && chosen.fill < 0.9 && long_enough;
 }
 
 }  // namespace w4a16_detail

@@ -943,11 +943,12 @@ StatusOr<KernelPlan> plan_wgmma(const W4A16DeviceWeights& w, int m, int device, 
   // idle, for 32- and 64-token tiles, and where each block gets at least 12 stages: measured on
   // the H200 (2026-11-30 09:21-09:30 UTC, docs/PERFORMANCE.md) 8192x28672 M=32 67.6 vs 74.2 us
   // (4 k-splits, 85 % fill), M=64 91.3 vs 98.2; at 97 % fill (28672x8192) a tie; with 128-token
-  // tiles slower (155.6 vs 116.6 us: each partial tile is 128 KB of fp32 atomics); 4096x14336
-  // M=32 (13.6 stages a block) 29.3 vs 33.1 us; on 4096x4096 (3.9 stages a block) slower than
-  // cuBLAS at M=32 (19.8 vs 17.2 us).
+  // tiles slower (155.6 vs 116.6 us: each partial tile is 128 KB of fp32 atomics) unless the
+  // k-splits spill over one wave at M <= 256 (3584x18944 M=65..128, 3 splits over two waves:
+  // 52.3-63.0 vs 40.8-48.0 us, 2026-12-04); 4096x14336 M=32 (13.6 stages a block) 29.3 vs 33.1 us;
+  // on 4096x4096 (3.9 stages a block) slower than cuBLAS at M=32 (19.8 vs 17.2 us).
   // W4A16Tuning::wgmma_stream_k forces it off/on; forced k-splits turn the automatic choice off.
-  const bool stream_k_fits = wgmma_stream_k_fits(kernel.tokens, chosen, tiles, k_stages, slots);
+  const bool stream_k_fits = wgmma_stream_k_fits(kernel.tokens, chosen, tiles, k_stages, slots, m);
   const bool stream_k = tuning.wgmma_stream_k.value_or(stream_k_fits && tuning.wgmma_splits <= 0);
 
   long long blocks = stream_k ? std::min<long long>(slots, static_cast<long long>(tiles) * k_stages)

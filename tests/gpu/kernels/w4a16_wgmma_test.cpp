@@ -207,6 +207,20 @@ TEST(W4A16WgmmaGpuSplits, OneWaveSplitsByDefault) {
   }
 }
 
+// 128-token tiles whose k-splits would spill over one wave and leave over a tenth of it idle take
+// stream-K up to M = 256: planned for 8 SMs (8 slots at one block per SM), 9 column tiles of 12
+// stages choose 2 splits (18 blocks over three waves, 75 %), so the default plan runs stream-K; M =
+// 100 leaves a partial token tile, N = 2240 a partial column tile.
+TEST(W4A16WgmmaGpuSplits, StreamKWhere128TokenSplitsSpill) {
+  GPUOPT_REQUIRE_SM90();
+  W4A16Options options;
+  options.sm_count = 8;
+  check_case({ActivationType::kFloat16, kFormats[1], 128, 100, 768, 2304, options}, 3,
+             "(1/SM) stream-K");
+  check_case({ActivationType::kBFloat16, kFormats[0], 64, 128, 768, 2240, options}, 2,
+             "(1/SM) stream-K");
+}
+
 TEST(W4A16WgmmaGpuLarge, LargerLayer) {
   GPUOPT_REQUIRE_SM90();
   check_case({ActivationType::kFloat16, kFormats[1], 128, 256, 4096, 1280, wgmma_options()}, 2);

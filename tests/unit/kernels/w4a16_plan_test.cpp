@@ -178,20 +178,40 @@ TEST(W4A16PlanTest, WgmmaSplitsByWaveFill) {
   WgmmaSplits chosen = choose_wgmma_splits(112, 128, 264, 132, 64, 64);
   EXPECT_EQ(chosen.splits, 4);
   EXPECT_NEAR(chosen.fill, 448.0 / 528.0, 1e-12);
-  EXPECT_TRUE(wgmma_stream_k_fits(64, chosen, 112, 128, 264));  // 85 % < 90 %
+  EXPECT_TRUE(wgmma_stream_k_fits(64, chosen, 112, 128, 264, 64));  // 85 % < 90 %
   // M = 128 (128 tokens, 1 block per SM): every split count fills 85 %; none raises it by 20 %.
   chosen = choose_wgmma_splits(112, 128, 132, 132, 128, 128);
   EXPECT_EQ(chosen.splits, 1);
-  EXPECT_FALSE(wgmma_stream_k_fits(128, chosen, 112, 128, 132));  // 128-token tiles
+  EXPECT_FALSE(wgmma_stream_k_fits(128, chosen, 112, 128, 132, 128));  // 128-token tiles, one split
+  // 3584 x 18944, M = 128 (1 block per SM): 74 tiles, 56 stages; 3 splits fill 84 % of two waves,
+  // so their partial sums would be atomics: stream-K instead (74 x 56 / 132 = 31 stages a block).
+  chosen = choose_wgmma_splits(74, 56, 132, 132, 128, 128);
+  EXPECT_EQ(chosen.splits, 3);
+  EXPECT_TRUE(wgmma_stream_k_fits(128, chosen, 74, 56, 132, 128));
+  // ... but not where those splits fit one wave (4096 x 14336: 56 tiles, 2 splits = 112 blocks).
+  chosen = choose_wgmma_splits(56, 64, 132, 132, 128, 128);
+  EXPECT_EQ(chosen.splits, 2);
+  EXPECT_FALSE(wgmma_stream_k_fits(128, chosen, 56, 64, 132, 128));
+  // 3584 x 18944 at M = 256: 148 tiles, 1 split over two waves (56 %): stream-K; above M = 256
+  // (not measured) the k-splits stay.
+  chosen = choose_wgmma_splits(148, 56, 132, 132, 128, 256);
+  EXPECT_EQ(chosen.splits, 1);
+  EXPECT_TRUE(wgmma_stream_k_fits(128, chosen, 148, 56, 132, 256));
+  chosen = choose_wgmma_splits(222, 56, 132, 132, 128, 257);
+  EXPECT_FALSE(wgmma_stream_k_fits(128, chosen, 222, 56, 132, 257));
+  // One wave (8192 x 8192 at M = 256: 64 tiles, 2 splits fill 97 % of it) keeps its splits.
+  chosen = choose_wgmma_splits(64, 128, 132, 132, 128, 256);
+  EXPECT_EQ(chosen.splits, 2);
+  EXPECT_FALSE(wgmma_stream_k_fits(128, chosen, 64, 128, 132, 256));
   // 28672 x 8192, M = 32: 32 tiles, 448 stages, up to 8 splits; 8 fill 97 % of the wave.
   chosen = choose_wgmma_splits(32, 448, 264, 132, 32, 32);
   EXPECT_EQ(chosen.splits, 8);
   EXPECT_NEAR(chosen.fill, 256.0 / 264.0, 1e-12);
-  EXPECT_FALSE(wgmma_stream_k_fits(32, chosen, 32, 448, 264));  // the wave is full
+  EXPECT_FALSE(wgmma_stream_k_fits(32, chosen, 32, 448, 264, 32));  // the wave is full
   // A short layer: 4 stages allow one split; stream-K needs 12 stages a block.
   chosen = choose_wgmma_splits(16, 4, 264, 132, 32, 32);
   EXPECT_EQ(chosen.splits, 1);
-  EXPECT_FALSE(wgmma_stream_k_fits(32, chosen, 16, 4, 264));
+  EXPECT_FALSE(wgmma_stream_k_fits(32, chosen, 16, 4, 264, 32));
 }
 
 // The one-wave k-splits, worked by hand for the H200 (132 SMs, 2 blocks per SM = 264 slots) on the
@@ -203,12 +223,12 @@ TEST(W4A16PlanTest, WgmmaOneWaveSplits) {
   EXPECT_EQ(chosen.splits, 3);
   EXPECT_TRUE(chosen.one_wave);
   EXPECT_NEAR(chosen.fill, 222.0 / 264.0, 1e-12);
-  EXPECT_FALSE(wgmma_stream_k_fits(64, chosen, 74, 56, 264));
+  EXPECT_FALSE(wgmma_stream_k_fits(64, chosen, 74, 56, 264, 64));
   // 4096 x 14336, M = 32: 56 tiles, 64 stages: 4 splits (85 %), not stream-K.
   chosen = choose_wgmma_splits(56, 64, 264, 132, 32, 32);
   EXPECT_EQ(chosen.splits, 4);
   EXPECT_TRUE(chosen.one_wave);
-  EXPECT_FALSE(wgmma_stream_k_fits(32, chosen, 56, 64, 264));
+  EXPECT_FALSE(wgmma_stream_k_fits(32, chosen, 56, 64, 264, 32));
   // 14336 x 4096: 16 tiles, 224 stages: 16 splits (97 %), the most the shared fix-up takes.
   chosen = choose_wgmma_splits(16, 224, 264, 132, 64, 64);
   EXPECT_EQ(chosen.splits, 16);
@@ -229,10 +249,10 @@ TEST(W4A16PlanTest, WgmmaOneWaveSplits) {
   // leave stream-K fitting) and 18944 x 3584 (14 tiles, 296 stages; 16 splits fill 85 %).
   chosen = choose_wgmma_splits(56, 64, 264, 132, 32, 17);
   EXPECT_FALSE(chosen.one_wave);
-  EXPECT_TRUE(wgmma_stream_k_fits(32, chosen, 56, 64, 264));
+  EXPECT_TRUE(wgmma_stream_k_fits(32, chosen, 56, 64, 264, 17));
   chosen = choose_wgmma_splits(14, 296, 264, 132, 32, 24);
   EXPECT_FALSE(chosen.one_wave);
-  EXPECT_TRUE(wgmma_stream_k_fits(32, chosen, 14, 296, 264));
+  EXPECT_TRUE(wgmma_stream_k_fits(32, chosen, 14, 296, 264, 24));
   EXPECT_EQ(choose_wgmma_splits(14, 296, 264, 132, 32, 25).splits, 16);
   // ... but not where the one wave is nearly full (14336 x 4096, 97 %) or where stream-K would not
   // run (3584 x 18944: the wave fill's 7 splits over two waves fill 98 %).
