@@ -177,7 +177,7 @@ struct W4A16Options {
   // weight that initialize() writes into the workspace (N x K x 2 bytes, 3.9 times the int4
   // weights and scales at group 128: the int4 memory saving is lost for this W4A16Gemm, and
   // workspace_size() says so). 0 (the default) = never: the int4 weights stay the only copy, at
-  // the int4 kernels' speed (0.63-0.79x cuBLAS fp16 at M = 256..4096 on the H200's 70B shapes,
+  // the int4 kernels' speed (0.63-0.88x cuBLAS fp16 at M = 256..4096 on the H200's 70B shapes,
   // docs/PERFORMANCE.md). kAutoFallback = from the M where the int4 kernels stop beating cuBLAS on
   // this GPU and layer, W4A16Gemm::auto_fallback_min_m().
   static constexpr int kAutoFallback = -1;
