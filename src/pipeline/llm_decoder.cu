@@ -63,6 +63,8 @@ __global__ void k_llm_fill_projection(float* projection, std::size_t count, std:
 // the other rows, so each request's bits are the same whether it runs alone or in a batch. Every
 // kernel waits for the previous one (pdl_wait) before touching the step's buffers. ----
 
+using llm_detail::copy_async_16;
+using llm_detail::copy_async_wait_all;
 using llm_detail::pdl_trigger;
 using llm_detail::pdl_wait;
 
@@ -168,11 +170,6 @@ std::size_t decode_attention_staged_shared(int head_dim, int max_context, int th
 // Contexts whose K and V rows fit in this much shared memory are staged.
 constexpr std::size_t kDecodeAttentionStagedBytes = 64 * 1024;
 
-__device__ __forceinline__ void attention_copy_16(void* shared, const void* global) {
-  const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
-}
-
 // One block per (query head, request): RoPE (rotate-half pairs) on this head's q and its KV
 // head's new k at `position`, the new k (fp16) and v written into the paged cache by the group's
 // first head, then fp32 softmax(q·k / sqrt(head_dim)) · v over positions [0, position]. The new
@@ -253,12 +250,12 @@ __global__ void __launch_bounds__(kDecodeAttentionThreads)
       const std::size_t from = static_cast<std::size_t>(rows[t]) * head_dim;
       const std::size_t to = static_cast<std::size_t>(t) * head_dim;
       for (int c = 0; c < head_dim; c += 8) {
-        attention_copy_16(k_rows + to + c, k_cache + from + c);
-        attention_copy_16(v_rows + to + c, v_cache + from + c);
+        copy_async_16(k_rows + to + c, k_cache + from + c);
+        copy_async_16(v_rows + to + c, v_cache + from + c);
       }
     }
   }
-  if constexpr (kStaged) asm volatile("cp.async.wait_all;" ::: "memory");
+  if constexpr (kStaged) copy_async_wait_all();
   __syncthreads();
 
   // Scores: group g of G lanes takes positions g, g + groups, ... (the bound is the same for

@@ -70,16 +70,6 @@ __device__ __forceinline__ float warp_sum_fixed(float v) {
   return v;
 }
 
-// 16-byte asynchronous copy global -> shared (sm_80+), bypassing L1: the x rows are staged without
-// passing through registers.
-__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
-  const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
-}
-__device__ __forceinline__ void copy_async_wait_all() {
-  asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GPUOPT_GEMV_CLUSTER 1
 // Thread block clusters (sm_90): the barrier over every thread of the cluster's blocks (release /

@@ -1,4 +1,5 @@
-// LLM stage: programmatic dependent launch (sm_90) for the decode step's kernels. A kernel
+// LLM stage: programmatic dependent launch (sm_90) for the decode step's kernels, their launch
+// helpers and the asynchronous copy they share. A kernel
 // launched with `programmatic` may start while the previous kernel of the stream still runs; it
 // must call pdl_wait() before it reads or writes anything an earlier kernel touches (weights,
 // which never change, may be loaded before). pdl_trigger() lets the next kernel start early.
@@ -7,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <utility>
 
 #include "gpuopt/core/cuda_check.hpp"
@@ -24,6 +26,16 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// 16-byte asynchronous copy global -> shared (sm_80+), bypassing L1 and registers: how the decode
+// GEMM stages its x rows and residual, and the decode attention its K and V rows.
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
+  const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+}
+__device__ __forceinline__ void copy_async_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
 // `cluster` > 1: thread block clusters of that many consecutive blocks along x (sm_90).
