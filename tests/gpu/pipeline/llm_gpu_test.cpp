@@ -458,8 +458,6 @@ TEST_F(LlmGpu, DecodeGemmMatchesTheReferenceAndIsRowIndependent) {
   }
 }
 
-// Graph replay vs one-by-one launches, with and without programmatic launch, over a contiguous and
-// several paged KV caches: the same tokens and embeddings bit for bit.
 // The decode attention stages the earlier positions' K and V rows in shared memory when a context
 // of max_context fits in 64 KB (the tiny model's 32 positions of 32 dimensions do), and reads them
 // from the cache otherwise (640 positions: 80 KB). The same values in the same order: the same
@@ -486,6 +484,8 @@ TEST_F(LlmGpu, StagedAndUnstagedAttentionGiveTheSameBits) {
                            a.embeddings.size() * sizeof(float)));
 }
 
+// Graph replay vs one-by-one launches, with and without programmatic launch, over a contiguous and
+// several paged KV caches: the same tokens and embeddings bit for bit.
 TEST_F(LlmGpu, GraphsAndPagedCacheGiveTheSameBits) {
   const LlmConfig config = tiny_llm();
   const unsigned seed = std::random_device{}();
